@@ -1,0 +1,44 @@
+# d5 — the two commands: `make demo` and `make test`. Both create .venv and install what they need.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.d5-installed
+FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+PYTEST_ARGS ?=
+
+.PHONY: demo test install data bench clean
+
+# ONE pip resolve with every extra, constrained (numpy<2 for MXNet, the on-disk CPU torch): a second,
+# separate `pip install` could upgrade numpy and break MXNet. Re-run when the packaging or C++ changes
+# (the editable install rebuilds the d5._C extension).
+$(STAMP): pyproject.toml setup.py constraints.txt $(wildcard csrc/*.cpp csrc/kernels/*.cpp csrc/kernels/*.h csrc/include/d5/*.h)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install -c constraints.txt -e '.[all,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian's dataset-fashion-mnist (the official idx.gz files) when apt is usable and the data is absent.
+data:
+	@if [ -f $(FASHION_MNIST) ] || [ -f "$${D5_DATA_DIR:-$$HOME/.cache/d5}/fashion_mnist/train-images-idx3-ubyte.gz" ]; then \
+	  echo "Fashion-MNIST: present"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || \
+	  (apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1) || \
+	  echo "warning: could not install dataset-fashion-mnist; d5 will try to download Fashion-MNIST"; \
+	else \
+	  echo "note: Fashion-MNIST not found and apt is not usable; d5 will try to download it"; \
+	fi
+
+demo: $(STAMP) data
+	$(PY) recipes/fashion_mnist_lenet.py
+
+test: $(STAMP) data
+	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
+
+bench: $(STAMP) data
+	$(PY) benchmarks/lenet_epoch.py
+
+clean:
+	rm -rf build *.egg-info d5/_C*.so .pytest_cache

@@ -1,0 +1,57 @@
+"""d5 — a deep-learning meta-framework: a framework for frameworks to reside in.
+
+Four levels, each a small framework-neutral interface: operators (``d5.ops``), networks
+(``d5.network``), training (``d5.training``) and distributed training (``d5.distributed``); frameworks
+plug in under ``d5.frameworks``. ``import d5`` imports no framework: names resolve lazily.
+
+>>> import d5
+>>> net = d5.models.lenet5()
+>>> executor = d5.frameworks.reference.from_model(net)
+>>> type(d5.ShuffleSampler).__name__
+'ABCMeta'
+"""
+from __future__ import annotations
+
+import importlib
+
+from d5 import errors
+from d5.devices import CPUDevice, Device, GPUDevice
+from d5.network import GraphExecutor, Network
+from d5.ops import CustomOp, CustomPythonOp
+
+__version__ = "0.1.0"
+
+# Public name -> module defining it. Resolved on first access so `import d5` stays light.
+_LAZY = {
+    "Dataset": "d5.training.dataset", "NumpyDataset": "d5.training.dataset",
+    "Sampler": "d5.training.sampler", "OrderedSampler": "d5.training.sampler", "ShuffleSampler": "d5.training.sampler",
+    "Optimizer": "d5.training.optimizer", "ThreeStepOptimizer": "d5.training.optimizer",
+    "UpdateRuleOptimizer": "d5.training.optimizer",
+    "GradientDescent": "d5.training.optimizers", "MomentumOptimizer": "d5.training.optimizers",
+    "AdamOptimizer": "d5.training.optimizers",
+    "Trainer": "d5.training.trainer", "TrainingStats": "d5.training.trainer",
+    "TrainerEvent": "d5.training.events",
+    "TestMetric": "d5.training.metrics", "TrainingMetric": "d5.training.metrics",
+    "TestAccuracy": "d5.training.metrics", "TrainingAccuracy": "d5.training.metrics",
+    "WallclockTime": "d5.training.metrics", "Throughput": "d5.training.metrics",
+    "run_recipe": "d5.recipe",
+}
+_SUBMODULES = {"ops", "network", "training", "distributed", "frameworks", "datasets", "models", "bench", "recipe"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"d5.{name}")
+    raise AttributeError(f"module 'd5' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | _SUBMODULES)
+
+
+__all__ = ["CPUDevice", "CustomOp", "CustomPythonOp", "Device", "GPUDevice", "GraphExecutor", "Network",
+           "errors", *_LAZY]

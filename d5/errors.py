@@ -1,0 +1,62 @@
+"""The d5 error hierarchy.
+
+Every error d5 raises on bad input derives from :class:`D5Error` and says what was wrong and what to do.
+
+>>> import d5
+>>> try:
+...     raise d5.errors.ShapeError("input 'x': expected shape (N, 3), got (2, 4)")
+... except d5.errors.D5Error as err:
+...     print(type(err).__name__)
+ShapeError
+"""
+
+
+class D5Error(Exception):
+    """Base class of every error d5 raises deliberately."""
+
+
+class GraphError(D5Error):
+    """A network graph is malformed: a cycle, a dangling input, a duplicate or unknown tensor name."""
+
+
+class ShapeError(D5Error, ValueError):
+    """A tensor has the wrong shape or dtype."""
+
+
+class UnsupportedOperatorError(D5Error):
+    """An operator type is unknown, or a framework does not implement it."""
+
+
+class OnnxImportError(D5Error):
+    """An ONNX model could not be imported."""
+
+
+class DatasetError(D5Error):
+    """A dataset is missing, truncated or corrupt."""
+
+
+class CompileError(D5Error):
+    """A C++ operator failed to compile."""
+
+
+class DivergenceError(D5Error, FloatingPointError):
+    """Training produced a NaN or infinite loss."""
+
+
+class DistributedError(D5Error):
+    """A distributed (MPI) operation failed or was misconfigured."""
+
+
+class RecipeError(D5Error, ValueError):
+    """A recipe's components are inconsistent (overlapping, missing or of the wrong type)."""
+
+
+class FrameworkNotInstalledError(D5Error, ImportError):
+    """A framework d5 was asked to use is not installed."""
+
+
+__all__ = [
+    "D5Error", "GraphError", "ShapeError", "UnsupportedOperatorError", "OnnxImportError",
+    "DatasetError", "CompileError", "DivergenceError", "DistributedError", "RecipeError",
+    "FrameworkNotInstalledError",
+]

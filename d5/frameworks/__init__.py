@@ -1,0 +1,37 @@
+"""Framework back-ends. Each package has the same module names (executor, custom_op, optimizers) and is
+imported only when asked for, so `import d5` imports no framework.
+
+>>> import d5.frameworks
+>>> d5.frameworks.available()[0]
+'reference'
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from d5.errors import FrameworkNotInstalledError
+
+#: d5 framework name -> the Python package it needs.
+FRAMEWORKS = {"reference": None, "pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
+
+
+def available() -> list[str]:
+    """Frameworks whose package is installed and that d5 implements (without importing them)."""
+    names = []
+    for name, package in FRAMEWORKS.items():
+        has_backend = importlib.util.find_spec(f"d5.frameworks.{name}") is not None
+        if has_backend and (package is None or importlib.util.find_spec(package) is not None):
+            names.append(name)
+    return names
+
+
+def get(name: str):
+    """Import and return the framework module ``d5.frameworks.<name>``."""
+    if name not in FRAMEWORKS:
+        raise FrameworkNotInstalledError(f"unknown framework {name!r}; d5 knows {sorted(FRAMEWORKS)}")
+    if name not in available():
+        raise FrameworkNotInstalledError(
+            f"framework {name!r} is not available here; install it with `pip install -e '.[{FRAMEWORKS[name]}]' -c constraints.txt`"
+            if FRAMEWORKS[name] else f"framework {name!r} is not implemented yet")
+    return importlib.import_module(f"d5.frameworks.{name}")

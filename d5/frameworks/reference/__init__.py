@@ -1,0 +1,35 @@
+"""The reference framework: NumPy plus the C++ kernels of d5._C. Every other framework is checked against it.
+
+>>> import d5
+>>> from d5.frameworks import reference
+>>> executor = reference.from_model(d5.models.lenet5())
+>>> sorted(executor.network.outputs)
+['loss', 'output']
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from d5.frameworks.reference.custom_op import custom_op
+from d5.frameworks.reference.executor import ReferenceGraphExecutor
+from d5.network.graph import Network
+
+NAME = "reference"
+
+
+def from_model(network: Network, device: Any = None) -> ReferenceGraphExecutor:
+    """An executor running ``network`` (copied; ``executor.network`` is the live copy) on the reference framework."""
+    return ReferenceGraphExecutor(network, device=device)
+
+
+def __getattr__(name: str):
+    # The optimizers live in d5.training; importing them lazily keeps `import d5.frameworks.reference` light.
+    if name in ("GradientDescent", "MomentumOptimizer", "AdamOptimizer"):
+        from d5.frameworks.reference import optimizers
+
+        return getattr(optimizers, name)
+    raise AttributeError(f"module 'd5.frameworks.reference' has no attribute {name!r}")
+
+
+__all__ = ["NAME", "ReferenceGraphExecutor", "custom_op", "from_model",
+           "GradientDescent", "MomentumOptimizer", "AdamOptimizer"]

@@ -1,0 +1,96 @@
+"""L1: the GraphExecutor interface every framework implements.
+
+An executor runs a :class:`d5.Network` on one framework and device. ``inference`` computes the graph
+outputs; ``inference_and_backprop`` does so in training mode (batch statistics, active dropout) and
+leaves the gradient of ``y`` with respect to every trainable parameter in ``executor.network``, where
+``network.gradient(y)`` names them and ``network.fetch_tensors`` reads them.
+
+>>> import numpy as np, d5
+>>> from d5.frameworks import reference
+>>> net = d5.Network()
+>>> _ = net.add_input("x", ("N", 2))
+>>> _ = net.add_param("w", np.array([[1.0, 2.0]], np.float32))
+>>> _ = net.add_node("Gemm", ["x", "w"], ["y"], transB=1)
+>>> _ = net.add_input("t", ("N", 1))
+>>> _ = net.add_node("MeanSquaredError", ["y", "t"], ["loss"])
+>>> net.add_output("loss")
+>>> ex = reference.from_model(net)
+>>> batch = {"x": np.ones((3, 2), np.float32), "t": np.zeros((3, 1), np.float32)}
+>>> float(ex.inference_and_backprop(batch, y="loss")["loss"])
+9.0
+>>> ex.network.fetch_tensors(["w_grad"])[0]
+array([[6., 6.]], dtype=float32)
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any, Mapping
+
+import numpy as np
+
+from d5.errors import GraphError, ShapeError
+from d5.network.graph import Network, TensorInfo
+
+
+class GraphExecutor(abc.ABC):
+    """Runs a network on one framework. Subclasses implement ``inference`` and ``inference_and_backprop``."""
+
+    #: The live network: parameters and the tensors of the last pass.
+    network: Network
+
+    def __init__(self, network: Network, device: Any = None) -> None:
+        self.network = network
+        self.device = device
+
+    @abc.abstractmethod
+    def inference(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Compute the graph outputs that the given inputs determine (inference mode)."""
+
+    @abc.abstractmethod
+    def inference_and_backprop(self, inputs: Mapping[str, Any], y: str = "loss") -> dict[str, np.ndarray]:
+        """Compute the outputs in training mode and the gradients of ``y`` w.r.t. the trainable parameters."""
+
+    def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Validate ``inputs`` against the network's declared inputs (see :func:`check_inputs`)."""
+        return check_inputs(self.network.inputs, inputs)
+
+
+def check_inputs(declared: Mapping[str, TensorInfo], inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Return ``inputs`` as arrays of the declared dtypes, or raise a d5 error naming the bad tensor.
+
+    Arrays of the same kind (a float64 array for a float32 input, int32 labels for int64) are cast; a
+    different kind (floats for an integer input), a wrong rank or a wrong fixed dimension raise
+    :class:`ShapeError` with the expected and actual shapes. Symbolic dimensions (``'N'``) match any size
+    but must agree across inputs.
+    """
+    checked: dict[str, np.ndarray] = {}
+    bindings: dict[str, tuple[int, str]] = {}
+    for name, value in inputs.items():
+        info = declared.get(name)
+        if info is None:
+            raise GraphError(f"unknown input {name!r}; the network's inputs are {sorted(declared)}")
+        array = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if array.dtype != info.dtype:
+            if array.dtype.kind != info.dtype.kind and not (array.dtype.kind in "iu" and info.dtype.kind in "iu"):
+                raise ShapeError(f"input {name!r}: expected dtype {info.dtype}, got {array.dtype}; "
+                                 f"convert it with .astype({str(info.dtype)!r})")
+            array = array.astype(info.dtype)
+        if info.shape is not None:
+            _check_shape(info, array.shape, bindings)
+        checked[name] = array
+    return checked
+
+
+def _check_shape(info: TensorInfo, shape: tuple[int, ...], bindings: dict[str, tuple[int, str]]) -> None:
+    expected = info.describe_shape()
+    if len(shape) != len(info.shape):
+        raise ShapeError(f"input {info.name!r}: expected shape {expected} (rank {len(info.shape)}), "
+                         f"got {tuple(shape)} (rank {len(shape)})")
+    for axis, (want, got) in enumerate(zip(info.shape, shape)):
+        if isinstance(want, int) and want != got:
+            raise ShapeError(f"input {info.name!r}: expected shape {expected}, got {tuple(shape)} (axis {axis})")
+        if isinstance(want, str):
+            seen = bindings.setdefault(want, (got, info.name))
+            if seen[0] != got:
+                raise ShapeError(f"input {info.name!r}: dimension {want!r} is {got} but input {seen[1]!r} has it as "
+                                 f"{seen[0]} (shape {tuple(shape)}, expected {expected})")

@@ -1,0 +1,362 @@
+"""L1: the framework-neutral, ONNX-compatible network graph.
+
+A :class:`Network` holds named graph inputs (with symbolic dimensions such as a batch ``'N'``),
+parameters (initializers), operator nodes and graph outputs. Executors keep their live state in a
+network too: ``fetch_tensors`` / ``feed_tensor`` read and write parameters and the tensors a pass
+produced (gradients among them).
+
+>>> import numpy as np, d5
+>>> net = d5.Network("affine")
+>>> _ = net.add_input("x", ("N", 3))
+>>> _ = net.add_param("W", np.ones((2, 3), np.float32))
+>>> _ = net.add_node("Gemm", ["x", "W"], ["y"], transB=1)
+>>> net.add_output("y")
+>>> [node.op_type for node in net.topological_order()]
+['Gemm']
+>>> net.gradient("y")
+[('W', 'W_grad')]
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from d5.errors import GraphError, ShapeError
+from d5.network.op_types import CUSTOM_DOMAIN, resolve_domain
+from d5.ops.operator import CustomOp
+
+Dim = int | str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+    """Name, shape and dtype of a graph input or inferred tensor. A dimension is an int, a symbolic name
+    (``'N'``) or ``None`` (unknown)."""
+
+    name: str
+    shape: tuple[Dim, ...] | None
+    dtype: np.dtype
+
+    def describe_shape(self) -> str:
+        if self.shape is None:
+            return "(unknown)"
+        return "(" + ", ".join("?" if d is None else str(d) for d in self.shape) + ("," if len(self.shape) == 1 else "") + ")"
+
+
+@dataclasses.dataclass
+class Node:
+    """One operator application: ``outputs = op_type(inputs, **attrs)``. An empty input name marks an
+    omitted optional input, as in ONNX. ``custom_op`` holds the operator object of a user operator."""
+
+    name: str
+    op_type: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    domain: str = ""
+    custom_op: CustomOp | None = None
+
+
+class Network:
+    """A framework-neutral network graph (see the module docstring for an example)."""
+
+    #: ONNX opset the graph's operators follow (export writes it; executors follow its semantics).
+    DEFAULT_OPSET = 17
+
+    def __init__(self, name: str = "d5_network", opset: int | None = None) -> None:
+        self.name = name
+        self.opset = opset or self.DEFAULT_OPSET
+        self._inputs: dict[str, TensorInfo] = {}
+        self._params: dict[str, np.ndarray] = {}
+        self._trainable: dict[str, bool] = {}
+        self._nodes: dict[str, Node] = {}
+        self._outputs: list[str] = []
+        self._tensors: dict[str, np.ndarray] = {}  # live non-parameter tensors (gradients, activations)
+        self._order: list[Node] | None = None  # cached topological order, reset by every edit
+
+    # ------------------------------------------------------------------ read access
+    @property
+    def inputs(self) -> dict[str, TensorInfo]:
+        return dict(self._inputs)
+
+    @property
+    def outputs(self) -> list[str]:
+        return list(self._outputs)
+
+    @property
+    def nodes(self) -> list[Node]:
+        return list(self._nodes.values())
+
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        """All parameters (trainable or not), by name. The arrays are the live ones."""
+        return dict(self._params)
+
+    def node(self, name: str) -> Node:
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise GraphError(f"no node named {name!r}{_suggest(name, self._nodes)}") from None
+
+    def get_params(self) -> list[str]:
+        """Names of the trainable parameters, in insertion order."""
+        return [name for name, trainable in self._trainable.items() if trainable]
+
+    def is_trainable(self, name: str) -> bool:
+        return self._trainable.get(name, False)
+
+    def gradient(self, y: str = "loss") -> list[tuple[str, str]]:
+        """``[(param_name, gradient_tensor_name)]`` for every trainable parameter, as the seeds' optimizers
+        expect. After ``executor.inference_and_backprop(inputs, y)`` the gradient tensors can be fetched."""
+        if y not in self._inputs and y not in self._params and self._producer_of(y) is None:
+            raise GraphError(f"cannot differentiate {y!r}: no tensor of that name{_suggest(y, self.tensor_names())}")
+        return [(p, gradient_name(p)) for p in self.get_params()]
+
+    def tensor_names(self) -> list[str]:
+        names = list(self._inputs) + list(self._params)
+        for node in self._nodes.values():
+            names.extend(o for o in node.outputs if o)
+        return names
+
+    # ------------------------------------------------------------------ editing
+    def add_input(self, name: str, shape: Sequence[Dim], dtype: Any = "float32") -> TensorInfo:
+        """Declare a graph input. Dimensions may be ints, symbolic names (``'N'``) or None."""
+        self._check_new_tensor(name)
+        info = TensorInfo(name, tuple(shape), _as_dtype(dtype, name))
+        self._inputs[name] = info
+        self._edited()
+        return info
+
+    def add_param(self, name: str, value: Any, trainable: bool = True) -> np.ndarray:
+        """Add a parameter (an ONNX initializer). Non-trainable ones (running statistics) get no gradient."""
+        self._check_new_tensor(name)
+        array = np.asarray(value)
+        self._params[name] = array
+        self._trainable[name] = bool(trainable)
+        self._edited()
+        return array
+
+    def add_node(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], name: str | None = None,
+                 domain: str | None = None, **attrs: Any) -> Node:
+        """Add an operator node; ``attrs`` are its ONNX attributes. Raises UnsupportedOperatorError for an
+        unknown ``op_type`` and GraphError for a duplicate node or output name."""
+        resolved = resolve_domain(op_type, domain)
+        return self._insert(Node(self._node_name(name, op_type), op_type, list(inputs), list(outputs), dict(attrs), resolved))
+
+    def add_custom_node(self, op: CustomOp, inputs: Sequence[str], outputs: Sequence[str], name: str | None = None) -> Node:
+        """Add a node computed by a user operator (a :class:`d5.ops.CustomOp`)."""
+        if not isinstance(op, CustomOp):
+            raise GraphError(f"add_custom_node expects a d5.ops.CustomOp, got {type(op).__name__}")
+        op_type = type(op).__name__
+        return self._insert(Node(self._node_name(name, op_type), op_type, list(inputs), list(outputs), {}, CUSTOM_DOMAIN, op))
+
+    def add_edge(self, tensor: str, node_name: str, index: int | None = None) -> None:
+        """Connect ``tensor`` to an input slot of node ``node_name`` (append when ``index`` is None)."""
+        node = self.node(node_name)
+        if index is None:
+            node.inputs.append(tensor)
+        elif 0 <= index < len(node.inputs):
+            node.inputs[index] = tensor
+        else:
+            raise GraphError(f"node {node_name!r} has {len(node.inputs)} inputs; index {index} is out of range")
+        self._edited()
+
+    def remove_node(self, name: str) -> Node:
+        """Remove a node. Consumers of its outputs become dangling until reconnected (validate() names them)."""
+        node = self.node(name)
+        del self._nodes[name]
+        self._edited()
+        return node
+
+    def replace_node(self, name: str, op_type: str, inputs: Sequence[str] | None = None,
+                     outputs: Sequence[str] | None = None, domain: str | None = None, **attrs: Any) -> Node:
+        """Replace node ``name`` by a new operator; inputs and outputs default to the old node's."""
+        old = self.node(name)
+        new = Node(name, op_type, list(old.inputs if inputs is None else inputs),
+                   list(old.outputs if outputs is None else outputs), dict(attrs), resolve_domain(op_type, domain))
+        del self._nodes[name]
+        try:
+            return self._insert(new)
+        except GraphError:
+            self._nodes[name] = old
+            raise
+
+    def add_output(self, name: str) -> None:
+        """Mark tensor ``name`` as a graph output."""
+        if name in self._outputs:
+            raise GraphError(f"{name!r} is already a graph output")
+        self._outputs.append(name)
+        self._edited()
+
+    # ------------------------------------------------------------------ structure
+    def topological_order(self) -> list[Node]:
+        """Nodes ordered so that every node comes after the producers of its inputs. Raises GraphError
+        naming the nodes of a cycle, a dangling input or an undefined output."""
+        if self._order is None:
+            self._order = self._sort()
+        return self._order
+
+    def validate(self) -> None:
+        """Check the graph is well formed (see :meth:`topological_order`)."""
+        self.topological_order()
+
+    def copy(self) -> "Network":
+        """A deep copy: parameters are copied, user operator objects are shared."""
+        clone = copy.copy(self)
+        clone._inputs = dict(self._inputs)
+        clone._params = {k: v.copy() for k, v in self._params.items()}
+        clone._trainable = dict(self._trainable)
+        clone._nodes = {k: dataclasses.replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=copy.deepcopy(n.attrs))
+                        for k, n in self._nodes.items()}
+        clone._outputs = list(self._outputs)
+        clone._tensors = {}
+        clone._order = None
+        return clone
+
+    # ------------------------------------------------------------------ live state
+    def fetch_tensors(self, names: Iterable[str]) -> list[np.ndarray]:
+        """The current values of parameters or of tensors the last pass produced (e.g. gradients)."""
+        out = []
+        for name in names:
+            value = self._params.get(name)
+            if value is None:
+                value = self._tensors.get(name)
+                if value is None:
+                    raise GraphError(f"no value for tensor {name!r}: it is neither a parameter nor produced by the last "
+                                     f"pass{_suggest(name, list(self._params) + list(self._tensors))}")
+            out.append(value)
+        return out
+
+    def fetch_tensor(self, name: str) -> np.ndarray:
+        return self.fetch_tensors([name])[0]
+
+    def feed_tensor(self, name: str, value: Any, is_param: bool = False) -> None:
+        """Set a tensor. Writing an existing parameter keeps its shape (ShapeError otherwise); ``is_param=True``
+        with a new name adds a trainable parameter."""
+        current = self._params.get(name)
+        if current is not None:
+            value = np.asarray(value, dtype=current.dtype)
+            if value.shape != current.shape:
+                raise ShapeError(f"parameter {name!r}: expected shape {current.shape}, got {value.shape}")
+            self._params[name] = value
+        elif is_param:
+            self.add_param(name, value)
+        else:
+            self._tensors[name] = value
+
+    def set_live_tensors(self, tensors: dict[str, np.ndarray]) -> None:
+        """Replace the non-parameter tensors of the last pass (used by executors)."""
+        self._tensors = tensors
+
+    # ------------------------------------------------------------------ ONNX
+    def to_onnx(self):
+        """This graph as an ``onnx.ModelProto`` (requires the onnx package)."""
+        from d5.network.onnx_export import network_to_onnx
+
+        return network_to_onnx(self)
+
+    def infer_shapes(self) -> dict[str, TensorInfo]:
+        """Shape and dtype of every tensor ONNX shape inference can determine (symbolic dims stay symbolic)."""
+        from d5.network.onnx_export import infer_shapes
+
+        return infer_shapes(self)
+
+    def __repr__(self) -> str:
+        return (f"Network({self.name!r}: {len(self._inputs)} inputs, {len(self._params)} params, "
+                f"{len(self._nodes)} nodes, outputs={self._outputs})")
+
+    # ------------------------------------------------------------------ internals
+    def _edited(self) -> None:
+        self._order = None
+
+    def _node_name(self, name: str | None, op_type: str) -> str:
+        if name is not None:
+            return name
+        index = len(self._nodes)
+        while f"{op_type}_{index}" in self._nodes:
+            index += 1
+        return f"{op_type}_{index}"
+
+    def _insert(self, node: Node) -> Node:
+        if node.name in self._nodes:
+            raise GraphError(f"duplicate node name {node.name!r}; choose another name or remove_node() the old one")
+        for out in node.outputs:
+            if out:
+                self._check_new_tensor(out, producer=node.name)
+        self._nodes[node.name] = node
+        self._edited()
+        return node
+
+    def _check_new_tensor(self, name: str, producer: str | None = None) -> None:
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"tensor names must be non-empty strings, got {name!r}")
+        if name in self._inputs or name in self._params:
+            raise GraphError(f"duplicate tensor name {name!r}: already a graph {'input' if name in self._inputs else 'parameter'}")
+        owner = self._producer_of(name)
+        if owner is not None:
+            where = f" (adding node {producer!r})" if producer else ""
+            raise GraphError(f"duplicate tensor name {name!r}{where}: already produced by node {owner!r}")
+
+    def _producer_of(self, tensor: str) -> str | None:
+        for node in self._nodes.values():
+            if tensor in node.outputs:
+                return node.name
+        return None
+
+    def _sort(self) -> list[Node]:
+        available = set(self._inputs) | set(self._params) | {""}
+        producer = {}
+        for node in self._nodes.values():
+            for out in node.outputs:
+                if out:
+                    producer[out] = node
+        for node in self._nodes.values():
+            for tensor in node.inputs:
+                if tensor not in available and tensor not in producer:
+                    raise GraphError(f"node {node.name!r} ({node.op_type}) reads {tensor!r}, which is no graph input, "
+                                     f"parameter or node output (a dangling input){_suggest(tensor, self.tensor_names())}")
+        for out in self._outputs:
+            if out not in available and out not in producer:
+                raise GraphError(f"graph output {out!r} is not produced by any node{_suggest(out, self.tensor_names())}")
+        # Kahn's algorithm, keeping insertion order among ready nodes so the order is deterministic.
+        pending = {n.name: sum(1 for t in set(n.inputs) if t in producer) for n in self._nodes.values()}
+        consumers: dict[str, list[Node]] = {}
+        for node in self._nodes.values():
+            for tensor in set(node.inputs):
+                if tensor in producer:
+                    consumers.setdefault(tensor, []).append(node)
+        ready = [n for n in self._nodes.values() if pending[n.name] == 0]
+        order = []
+        while ready:
+            node = ready.pop(0)
+            order.append(node)
+            for out in node.outputs:
+                for consumer in consumers.get(out, ()):
+                    pending[consumer.name] -= 1
+                    if pending[consumer.name] == 0:
+                        ready.append(consumer)
+        if len(order) != len(self._nodes):
+            cyclic = sorted(name for name, count in pending.items() if count > 0)
+            raise GraphError(f"the graph has a cycle through nodes {cyclic}; break it by removing or rewiring one of them")
+        return order
+
+
+def gradient_name(param: str) -> str:
+    """Name of the tensor holding the gradient of the loss with respect to ``param``."""
+    return f"{param}_grad"
+
+
+def _as_dtype(dtype: Any, name: str) -> np.dtype:
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise ShapeError(f"input {name!r}: {dtype!r} is not a dtype; use e.g. 'float32' or 'int64'") from None
+
+
+def _suggest(name: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=3)
+    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""

@@ -1,0 +1,1 @@
+"""L2 — training: datasets, samplers, optimizers, the trainer, events and metrics (framework-neutral)."""

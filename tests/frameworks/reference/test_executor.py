@@ -1,0 +1,99 @@
+"""The reference GraphExecutor: input checking, planning, and gradients against PyTorch autograd."""
+import numpy as np
+import pytest
+
+import d5
+from d5.errors import GraphError, ShapeError
+from d5.frameworks import reference
+
+
+@pytest.fixture(scope="module")
+def lenet_executor():
+    return reference.from_model(d5.models.lenet5(seed=3))
+
+
+def batch(n=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"input": rng.normal(size=(n, 1, 28, 28)).astype(np.float32),
+            "label": rng.integers(0, 10, size=n).astype(np.int64)}
+
+
+def test_wrong_shape_names_tensor_and_shapes(lenet_executor):
+    bad = batch()
+    bad["input"] = bad["input"][:, :, :27, :]
+    with pytest.raises(ShapeError, match=r"'input'.*\(N, 1, 28, 28\).*\(8, 1, 27, 28\)"):
+        lenet_executor.inference(bad)
+
+
+def test_wrong_rank_and_batch_mismatch(lenet_executor):
+    bad = batch()
+    bad["input"] = bad["input"][0]
+    with pytest.raises(ShapeError, match="rank"):
+        lenet_executor.inference(bad)
+    bad = batch()
+    bad["label"] = bad["label"][:5]
+    with pytest.raises(ShapeError, match="'N'"):
+        lenet_executor.inference(bad)
+
+
+def test_wrong_dtype_kind_is_rejected_same_kind_is_cast(lenet_executor):
+    bad = batch()
+    bad["label"] = bad["label"].astype(np.float32)
+    with pytest.raises(ShapeError, match=r"'label'.*int64.*float32"):
+        lenet_executor.inference(bad)
+    ok = batch()
+    ok["input"] = ok["input"].astype(np.float64)
+    ok["label"] = ok["label"].astype(np.int32)
+    assert lenet_executor.inference(ok)["output"].dtype == np.float32
+
+
+def test_unknown_input_is_named(lenet_executor):
+    with pytest.raises(GraphError, match="'image'"):
+        lenet_executor.inference({"image": np.zeros((1, 1, 28, 28), np.float32)})
+
+
+def test_inference_without_labels_returns_predictions_only(lenet_executor):
+    out = lenet_executor.inference({"input": batch()["input"]})
+    assert set(out) == {"output"} and out["output"].shape == (8, 10)
+
+
+def test_executor_works_on_a_copy():
+    net = d5.models.lenet5()
+    executor = reference.from_model(net)
+    executor.network.feed_tensor("conv1.weight", np.zeros_like(net.params["conv1.weight"]))
+    assert np.any(net.params["conv1.weight"] != 0)
+
+
+def torch_lenet_from(network):
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
+                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
+                          nn.Linear(84, 10)).double()
+    names = ["conv1", "conv4", "fc8", "fc10", "output"]
+    layers = [m for m in model if isinstance(m, (nn.Conv2d, nn.Linear))]
+    with torch.no_grad():
+        for name, layer in zip(names, layers):
+            layer.weight.copy_(torch.from_numpy(network.params[f"{name}.weight"].astype(np.float64)))
+            layer.bias.copy_(torch.from_numpy(network.params[f"{name}.bias"].astype(np.float64)))
+    return model, dict(zip(names, layers))
+
+
+def test_lenet_loss_and_every_gradient_match_pytorch_autograd():
+    torch = pytest.importorskip("torch")
+    net = d5.models.lenet5(seed=1)
+    assert {p.split(".")[0] for p in net.get_params()} == {"conv1", "conv4", "fc8", "fc10", "output"}
+    model, layers = torch_lenet_from(net)
+    data = batch(16, seed=2)
+    executor = reference.from_model(net)
+    out = executor.inference_and_backprop(data, y="loss")
+    x = torch.from_numpy(data["input"].astype(np.float64))
+    loss = torch.nn.functional.cross_entropy(model(x), torch.from_numpy(data["label"]))
+    loss.backward()
+    np.testing.assert_allclose(out["loss"], loss.item(), rtol=1e-5)
+    for param, grad_name in executor.network.gradient("loss"):
+        layer, kind = param.split(".")
+        expected = getattr(layers[layer], kind).grad.numpy()
+        got = executor.network.fetch_tensors([grad_name])[0]
+        np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-5, err_msg=param)
