@@ -35,3 +35,10 @@ def get(name: str):
             f"framework {name!r} is not available here; install it with `pip install -e '.[{FRAMEWORKS[name]}]' -c constraints.txt`"
             if FRAMEWORKS[name] else f"framework {name!r} is not implemented yet")
     return importlib.import_module(f"d5.frameworks.{name}")
+
+
+def __getattr__(name: str):
+    # `d5.frameworks.pytorch` imports that back-end on first use (and only then its framework).
+    if name in FRAMEWORKS:
+        return get(name)
+    raise AttributeError(f"module 'd5.frameworks' has no attribute {name!r}")

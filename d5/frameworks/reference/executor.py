@@ -60,14 +60,14 @@ class ReferenceGraphExecutor(GraphExecutor):
     def inference(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         feeds = self.check_inputs(inputs)
         plan = self._plan(frozenset(feeds), None)
-        values = self._forward(plan, feeds, training=False)
+        values, _ = self._forward(plan, feeds, training=False)
         return {name: values[name] for name in plan.outputs}
 
     def inference_and_backprop(self, inputs: Mapping[str, Any], y: str = "loss") -> dict[str, np.ndarray]:
         feeds = self.check_inputs(inputs)
         plan = self._plan(frozenset(feeds), y)
-        values = self._forward(plan, feeds, training=True)
-        grads = self._backward(plan, values, y)
+        values, results_by_node = self._forward(plan, feeds, training=True)
+        grads = self._backward(plan, values, results_by_node, y)
         params = self.network.params
         live = {name: value for name, value in values.items() if name not in params}
         for param in self.network.get_params():
@@ -116,9 +116,12 @@ class ReferenceGraphExecutor(GraphExecutor):
         return _Plan(forward, outputs, backward, frozenset(requires_grad))
 
     # ------------------------------------------------------------------ passes
-    def _forward(self, plan: _Plan, feeds: dict[str, np.ndarray], training: bool) -> dict[str, np.ndarray]:
-        params = self.network.params
-        values: dict[str, Any] = {**params, **feeds}
+    def _forward(self, plan: _Plan, feeds: dict[str, np.ndarray], training: bool):
+        """Run the forward steps. Returns the named tensors and, per node, everything its operator returned
+        (operators may return more outputs than the node names, e.g. a loss's log-probabilities, and their
+        backward expects all of them)."""
+        values: dict[str, Any] = {**self.network.params, **feeds}
+        results_by_node: dict[str, tuple] = {}
         for step in plan.forward:
             op, node = step.op, step.node
             if op.training != training:
@@ -127,32 +130,40 @@ class ReferenceGraphExecutor(GraphExecutor):
                 results = as_tuple(op.forward([values[t] if t else None for t in step.inputs]))
             except D5Error as err:
                 raise type(err)(f"node {node.name!r} ({node.op_type}): {err}") from None
+            if len(results) < sum(1 for o in node.outputs if o):
+                raise GraphError(f"node {node.name!r} ({node.op_type}) names {len(node.outputs)} outputs but its "
+                                 f"operator returned {len(results)}")
+            results_by_node[node.name] = results
             for name, value in zip(node.outputs, results):
                 if name:
                     values[name] = value
             if training:
                 for index, value in op.state_updates().items():
                     self.network.feed_tensor(node.inputs[index], value)
-        return values
+        return values, results_by_node
 
-    def _backward(self, plan: _Plan, values: dict[str, Any], y: str) -> dict[str, np.ndarray]:
+    def _backward(self, plan: _Plan, values: dict[str, Any], results_by_node: dict[str, tuple],
+                  y: str) -> dict[str, np.ndarray]:
         grads: dict[str, np.ndarray] = {y: np.ones_like(values[y])}
         for step in plan.backward:
             node = step.node
-            out_grads = [grads.get(o) for o in node.outputs]
-            if all(g is None for g in out_grads):
+            results = results_by_node[node.name]
+            named = [grads.get(o) if o else None for o in node.outputs]
+            if all(g is None for g in named):
                 continue
-            out_grads = [np.zeros_like(values[o]) if g is None and o else g for o, g in zip(node.outputs, out_grads)]
+            named += [None] * (len(results) - len(named))
+            # Outputs nobody consumed (or the node did not name) get zero gradients, as backward expects one each.
+            out_grads = [np.zeros_like(r) if g is None else g for g, r in zip(named, results)]
             fwd_inputs = [values[t] if t else None for t in step.inputs]
-            fwd_outputs = [values.get(o) for o in node.outputs]
             try:
-                in_grads = as_tuple(step.op.backward(out_grads, fwd_inputs, fwd_outputs))
+                in_grads = as_tuple(step.op.backward(out_grads, fwd_inputs, list(results)))
             except D5Error as err:
                 raise type(err)(f"node {node.name!r} ({node.op_type}) backward: {err}") from None
             for tensor, grad in zip(step.inputs, in_grads):
                 if grad is None or tensor not in plan.requires_grad:
                     continue
                 previous = grads.get(tensor)
+                # A new array, never in place: operators may pass gradients through without copying.
                 grads[tensor] = grad if previous is None else previous + grad
         return grads
 

@@ -1,0 +1,210 @@
+"""L2: the optimizer interfaces every d5 optimizer implements.
+
+An :class:`Optimizer` owns one training step: it runs the executor's forward and backward pass and
+updates the network's parameters. Most optimizers are :class:`ThreeStepOptimizer` s, which split the
+step into three hooks so that distributed schemes (L3) can reuse them around their own communication,
+exactly as the seeds' ``ConsistentNeighbors`` does::
+
+    optimizer.new_input()                      # once per step (e.g. Adam's step counter)
+    optimizer.prepare_param(name)              # once per parameter, before the backward pass
+    new = optimizer.update_rule(grad, old, name)   # once per parameter, after it
+
+An optimizer that is nothing but an update rule derives from :class:`UpdateRuleOptimizer`:
+
+>>> import numpy as np
+>>> class HalfStep(UpdateRuleOptimizer):
+...     def update_rule(self, grad, old_param, param_name):
+...         return old_param - 0.5 * self.lr * grad
+>>> rule = HalfStep(None)   # executor=None: a detached update rule, handy for trying it out
+>>> rule.lr = 1.0
+>>> rule.update_rule(np.array([2.0]), np.array([1.0]), 'w')
+array([0.])
+"""
+from __future__ import annotations
+
+import abc
+import math
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+import numpy as np
+
+from d5.errors import D5Error, DivergenceError
+
+if TYPE_CHECKING:  # only for annotations: trainer imports nothing from here at run time either
+    from d5.training.events import TrainerEvent
+    from d5.training.trainer import TrainingStats
+
+
+class InvalidHyperparameterError(D5Error, ValueError):
+    """An optimizer or schedule was given a hyper-parameter outside its valid range."""
+
+
+def check_hyperparameter(name: str, value: float, low: float = 0.0, high: float = math.inf,
+                         high_inclusive: bool = True) -> float:
+    """Return ``value`` as a float, or raise :class:`InvalidHyperparameterError` if outside [low, high].
+
+    >>> check_hyperparameter('momentum', 0.9, high=1.0)
+    0.9
+    """
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidHyperparameterError(f"{name} must be a number, got {value!r}; pass e.g. {name}=0.1") from None
+    above = number > high if high_inclusive else number >= high
+    if not number >= low or above:  # `not >=` also rejects NaN
+        upper = f"{high}]" if high_inclusive else f"{high})"
+        raise InvalidHyperparameterError(
+            f"{name}={value!r} is out of range; it must lie in [{low}, {upper}")
+    return number
+
+
+class Optimizer(abc.ABC):
+    """Base class of every optimizer: ``step(inputs)`` trains on one batch and returns the outputs.
+
+    ``executor`` is a :class:`d5.GraphExecutor`; ``loss`` names the network output that is minimized.
+    With ``check_divergence=True`` (the default) a step whose loss is NaN or infinite raises
+    :class:`d5.errors.DivergenceError` naming the step and the loss, *before* any parameter is
+    updated, so the network keeps its last finite state. ``steps`` counts the steps taken so far.
+    Learning-rate schedules change the attribute ``lr``.
+
+    >>> class Passive(Optimizer):      # an optimizer that only evaluates (for illustration)
+    ...     def step(self, inputs):
+    ...         return self.finish_step(self.executor.inference(inputs))
+    """
+
+    lr: float
+
+    def __init__(self, executor: Any, loss: str = "loss", check_divergence: bool = True) -> None:
+        if not isinstance(loss, str) or not loss:
+            raise D5Error(f"loss must be the name of a network output (a non-empty str), got {loss!r}")
+        self.executor = executor
+        # executor=None gives a detached optimizer whose update rule can be used on its own (inside a
+        # distributed optimizer, or to test the rule); it cannot step().
+        self.network = None if executor is None else getattr(executor, "network", None)
+        if executor is not None and self.network is None:
+            raise D5Error(f"{type(self).__name__} needs a d5.GraphExecutor (with a .network), got "
+                          f"{type(executor).__name__}; build one with d5.frameworks.<fw>.from_model(network)")
+        self.loss = loss
+        self.check_divergence = bool(check_divergence)
+        self.steps = 0
+
+    @abc.abstractmethod
+    def step(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Train on one batch of named tensors; return the network's outputs for it."""
+
+    def finish_step(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Count the step and check the loss in ``outputs``; call it once per step, before updating.
+
+        Raises :class:`DivergenceError` (with attributes ``step`` and ``loss``) on a NaN/inf loss.
+        A loss the executor did not return cannot be checked and is let through.
+        """
+        self.steps += 1
+        if self.check_divergence:
+            loss_value = outputs.get(self.loss)
+            if loss_value is not None:
+                # float() of a 0-d/size-1 array is cheap; np.isfinite covers per-sample loss vectors too
+                finite = math.isfinite(float(loss_value)) if np.size(loss_value) == 1 \
+                    else bool(np.isfinite(loss_value).all())
+                if not finite:
+                    self._raise_divergence(loss_value)
+        return outputs
+
+    def _raise_divergence(self, loss_value: Any) -> None:
+        shown = float(loss_value) if np.size(loss_value) == 1 else np.asarray(loss_value)
+        err = DivergenceError(
+            f"training diverged: loss '{self.loss}' is {shown} at step {self.steps} of "
+            f"{type(self).__name__} (parameters were not updated by this step). Lower the learning rate "
+            f"(lr={getattr(self, 'lr', '?')}), check the inputs for NaN/inf, or pass check_divergence=False "
+            f"to keep going.")
+        err.step = self.steps
+        err.loss = shown
+        raise err
+
+    def train(self, sampler: Any, epochs: int = 1, events: Iterable[TrainerEvent] | None = None,
+              validation_sampler: Any = None, progress: bool = True) -> TrainingStats:
+        """Train for ``epochs`` epochs over ``sampler`` (convenience for :class:`d5.training.trainer.Trainer`).
+
+        >>> # stats = d5.MomentumOptimizer(executor, lr=0.1).train(sampler, epochs=2)
+        """
+        from d5.training.trainer import Trainer  # local: trainer is the heavier module; keep this one light
+
+        trainer = Trainer(sampler, validation_sampler, self.executor, self, events=events, progress=progress)
+        return trainer.run(epochs)
+
+
+class ThreeStepOptimizer(Optimizer):
+    """An optimizer defined by ``new_input``, ``prepare_param`` and ``update_rule`` (see module docs).
+
+    ``step`` is the seeds' loop: ``new_input()``; ``prepare_param`` per parameter; the forward and
+    backward pass; then, per (parameter, gradient), fetch both, apply ``update_rule`` and feed the new
+    value back. Per-parameter state belongs in dicts keyed by parameter name.
+
+    >>> class PlainSGD(ThreeStepOptimizer):
+    ...     def update_rule(self, grad, old_param, param_name):
+    ...         return old_param - self.lr * grad
+    """
+
+    def __init__(self, executor: Any, loss: str = "loss", check_divergence: bool = True) -> None:
+        super().__init__(executor, loss, check_divergence)
+        # Cached after the first step: the parameter list and gradient pairs do not change while
+        # training, and asking the network each step costs a graph walk. Call
+        # ``invalidate_cache()`` after editing the network.
+        self._params: list[str] | None = None
+        self._gradients: list[tuple[str, str]] | None = None
+        # Skip the per-parameter prepare_param loop entirely when the subclass does not use it.
+        self._has_prepare = type(self).prepare_param is not ThreeStepOptimizer.prepare_param
+
+    def invalidate_cache(self) -> None:
+        """Forget the cached parameter and gradient names (call after editing the network's graph)."""
+        self._params = None
+        self._gradients = None
+
+    def new_input(self) -> None:
+        """Called once at the start of each step (before any parameter is touched)."""
+
+    def prepare_param(self, param_name: str) -> None:
+        """Called once per parameter before the forward/backward pass (e.g. look-ahead momentum)."""
+
+    @abc.abstractmethod
+    def update_rule(self, grad: np.ndarray, old_param: np.ndarray, param_name: str) -> np.ndarray:
+        """Return the new value of ``param_name`` given its gradient and current value.
+
+        Must not modify ``grad`` or ``old_param`` in place: they may be the executor's live buffers.
+        """
+
+    def step(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        network = self.network
+        if network is None:
+            raise D5Error(f"{type(self).__name__} was created without an executor, so it can only apply "
+                          f"update_rule(); pass the GraphExecutor to train with step()")
+        self.new_input()
+        if self._has_prepare:
+            if self._params is None:
+                self._params = list(network.get_params())
+            for param_name in self._params:
+                self.prepare_param(param_name)
+        outputs = self.executor.inference_and_backprop(inputs, self.loss)
+        self.finish_step(outputs)
+        if self._gradients is None:
+            self._gradients = list(network.gradient(self.loss))
+        for param_name, grad_name in self._gradients:
+            param, grad = network.fetch_tensors([param_name, grad_name])
+            network.feed_tensor(param_name, self.update_rule(grad, param, param_name), is_param=True)
+        return outputs
+
+
+class UpdateRuleOptimizer(ThreeStepOptimizer):
+    """An optimizer defined only by its ``update_rule`` (``new_input``/``prepare_param`` do nothing).
+
+    >>> import numpy as np
+    >>> class SignSGD(UpdateRuleOptimizer):
+    ...     def __init__(self, executor, lr=0.01, loss='loss'):
+    ...         super().__init__(executor, loss)
+    ...         self.lr = lr
+    ...     def update_rule(self, grad, old_param, param_name):
+    ...         return old_param - self.lr * np.sign(grad)
+    """
+
+
+__all__ = ["Optimizer", "ThreeStepOptimizer", "UpdateRuleOptimizer", "InvalidHyperparameterError",
+           "check_hyperparameter"]

@@ -1,0 +1,350 @@
+"""The Trainer and its events, on real models: NumPy softmax regression (executor contract implemented
+with analytic gradients) and, end to end, an MLP d5.Network on the reference framework."""
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from d5.errors import D5Error, DivergenceError
+from d5.training.dataset import NumpyDataset
+from d5.training.events import (CSVLogger, EpochSummary, JSONLogger, LearningRateSchedule, ProgressBar, StopAfter,
+                                StopWhenAccuracy, TrainerEvent)
+from d5.training.optimizers import GradientDescent, MomentumOptimizer
+from d5.training.sampler import OrderedSampler, ShuffleSampler
+from d5.training.trainer import Trainer, TrainingStats, count_correct
+
+N_FEATURES, N_CLASSES = 4, 3
+
+
+class SoftmaxRegressionNetwork:
+    """Live state of ``logits = x @ W + b`` with mean softmax cross-entropy."""
+
+    outputs = ["output", "loss"]
+
+    def __init__(self):
+        self.tensors = {"W": np.zeros((N_FEATURES, N_CLASSES)), "b": np.zeros(N_CLASSES)}
+
+    def get_params(self):
+        return ["W", "b"]
+
+    def gradient(self, y="loss"):
+        return [("W", "W_grad"), ("b", "b_grad")]
+
+    def fetch_tensors(self, names):
+        return [self.tensors[name] for name in names]
+
+    def feed_tensor(self, name, value, is_param=False):
+        self.tensors[name] = value
+
+
+class SoftmaxRegressionExecutor:
+    def __init__(self):
+        self.network = SoftmaxRegressionNetwork()
+        self.inference_calls = 0
+
+    def _forward(self, inputs):
+        t = self.network.tensors
+        logits = inputs["input"] @ t["W"] + t["b"]
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        log_prob = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        labels = inputs["label"]
+        loss = -log_prob[np.arange(len(labels)), labels].mean()
+        return {"output": logits, "loss": np.asarray(loss)}, log_prob
+
+    def inference(self, inputs):
+        self.inference_calls += 1
+        return self._forward(inputs)[0]
+
+    def inference_and_backprop(self, inputs, y="loss"):
+        outputs, log_prob = self._forward(inputs)
+        labels = inputs["label"]
+        d_logits = np.exp(log_prob)
+        d_logits[np.arange(len(labels)), labels] -= 1.0
+        d_logits /= len(labels)
+        self.network.tensors["W_grad"] = inputs["input"].T @ d_logits
+        self.network.tensors["b_grad"] = d_logits.sum(axis=0)
+        return outputs
+
+
+def blobs(n, seed, spread=1.0):
+    """Three well-separated Gaussian blobs (a linearly separable problem)."""
+    centers = np.array([[4.0, 0, 0, 0], [0, 4.0, 0, 0], [0, 0, 4.0, 0]])
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, N_CLASSES, n)
+    return NumpyDataset(centers[labels] + spread * rng.standard_normal((n, N_FEATURES)), labels.astype(np.int64))
+
+
+def make_trainer(events=None, validation=True, train_size=96, batch_size=32, lr=0.5, progress=False,
+                 optimizer_cls=GradientDescent):
+    executor = SoftmaxRegressionExecutor()
+    optimizer = optimizer_cls(executor, lr=lr)
+    train = ShuffleSampler(blobs(train_size, seed=1), batch_size, seed=0)
+    test = OrderedSampler(blobs(50, seed=2), 16) if validation else None
+    return Trainer(train, test, executor, optimizer, events=events, progress=progress)
+
+
+class Recorder(TrainerEvent):
+    """Records every hook call (name and the step/epoch argument)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def before_training(self, trainer):
+        self.calls.append(("before_training",))
+
+    def before_epoch(self, trainer, epoch):
+        self.calls.append(("before_epoch", epoch))
+
+    def before_step(self, trainer, step, inputs):
+        assert set(inputs) == {"input", "label"}
+        self.calls.append(("before_step", step))
+
+    def after_step(self, trainer, step, outputs):
+        assert set(outputs) == {"output", "loss"}
+        self.calls.append(("after_step", step))
+
+    def before_test_set(self, trainer):
+        self.calls.append(("before_test_set",))
+
+    def after_test_set(self, trainer, stats):
+        self.calls.append(("after_test_set",))
+
+    def after_epoch(self, trainer, epoch, stats):
+        self.calls.append(("after_epoch", epoch))
+
+    def after_training(self, trainer, stats):
+        self.calls.append(("after_training",))
+
+
+def test_events_are_called_in_order():
+    recorder = Recorder()
+    make_trainer(events=[recorder]).run(2)
+    expected = [("before_training",)]
+    step = 0
+    for epoch in range(2):
+        expected.append(("before_epoch", epoch))
+        for _ in range(3):
+            expected += [("before_step", step), ("after_step", step)]
+            step += 1
+        expected += [("before_test_set",), ("after_test_set",), ("after_epoch", epoch)]
+    expected.append(("after_training",))
+    assert recorder.calls == expected
+
+
+def test_without_validation_there_are_no_test_set_events_and_no_test_values():
+    recorder = Recorder()
+    stats = make_trainer(events=[recorder], validation=False).run(2)
+    assert not any(call[0].endswith("test_set") for call in recorder.calls)
+    assert stats.test_accuracy == [None, None] and stats.test_loss == [None, None]
+
+
+def test_run_returns_stats_that_agree_with_an_independent_evaluation():
+    trainer = make_trainer(train_size=300, batch_size=30)
+    stats = trainer.run(4)
+    assert isinstance(stats, TrainingStats) and stats is trainer.stats
+    assert stats.epochs == 4 and stats.steps == 40 and stats.samples == 1200
+    for name in ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "epoch_time", "samples_per_second"):
+        assert len(getattr(stats, name)) == 4, name
+    assert stats.train_loss[-1] < stats.train_loss[0]
+    assert stats.test_accuracy[-1] >= 95.0 and stats.train_accuracy[-1] >= 90.0
+    assert stats.total_time >= sum(stats.epoch_time) > 0
+    assert set(stats.timing) == {"data", "step", "validation"}
+    # Oracle: the whole validation set at once with the final parameters.
+    test = blobs(50, seed=2)
+    W, b = trainer.executor.network.tensors["W"], trainer.executor.network.tensors["b"]
+    logits = test.data @ W + b
+    log_prob = logits - logits.max(1, keepdims=True)
+    log_prob -= np.log(np.exp(log_prob).sum(1, keepdims=True))
+    expected_loss = -log_prob[np.arange(50), test.labels].mean()
+    expected_accuracy = 100.0 * np.mean(logits.argmax(1) == test.labels)
+    np.testing.assert_allclose(stats.test_loss[-1], expected_loss, rtol=1e-12)
+    assert stats.test_accuracy[-1] == pytest.approx(expected_accuracy)
+    assert trainer.test(OrderedSampler(test, 7)) == pytest.approx((expected_loss, expected_accuracy))
+    as_dict = stats.as_dict()
+    assert as_dict["epochs"] == 4 and as_dict["test_accuracy"] == stats.test_accuracy
+    json.dumps(as_dict)
+
+
+def test_training_loss_is_weighted_by_batch_size():
+    # 70 examples in batches of 32: 32, 32, 6. With lr=0 the parameters never change, so the epoch's
+    # train loss must equal the loss over all 70 examples (an unweighted mean of batch losses would not).
+    executor = SoftmaxRegressionExecutor()
+    executor.network.tensors["W"] = np.random.default_rng(0).standard_normal((N_FEATURES, N_CLASSES))
+    data = blobs(70, seed=5)
+    trainer = Trainer(OrderedSampler(data, 32), None, executor, GradientDescent(executor, lr=0.0), progress=False)
+    stats = trainer.run(1)
+    full = executor.inference({"input": data.data, "label": data.labels})
+    np.testing.assert_allclose(stats.train_loss[0], full["loss"], rtol=1e-12)
+    assert stats.train_accuracy[0] == pytest.approx(100.0 * np.mean(full["output"].argmax(1) == data.labels))
+
+
+def test_stop_after_steps_stops_mid_epoch_and_still_validates():
+    recorder = Recorder()
+    trainer = make_trainer(events=[StopAfter(steps=5), recorder])
+    stats = trainer.run(10)
+    assert trainer.steps == 5 and stats.steps == 5 and stats.stopped_early
+    assert stats.epochs == 2  # 3 steps + 2 steps
+    assert recorder.calls[-4:] == [("before_test_set",), ("after_test_set",), ("after_epoch", 1), ("after_training",)]
+    assert stats.test_accuracy[-1] is not None
+
+
+def test_stop_after_seconds():
+    trainer = make_trainer(events=[StopAfter(seconds=1e-12)])
+    assert trainer.run(5).steps == 1
+
+
+def test_before_step_returning_false_skips_the_step():
+    class Refuse(TrainerEvent):
+        def before_step(self, trainer, step, inputs):
+            return False if step == 4 else None
+
+    trainer = make_trainer(events=[Refuse()])
+    stats = trainer.run(3)
+    assert trainer.steps == 4 and trainer.optimizer.steps == 4 and stats.stopped_early
+    assert stats.epochs == 2
+
+
+def test_stop_when_accuracy():
+    stats = make_trainer(events=[StopWhenAccuracy(90.0)], train_size=300, batch_size=30).run(50)
+    assert stats.epochs < 50 and stats.test_accuracy[-1] >= 90.0
+    assert all(accuracy < 90.0 for accuracy in stats.test_accuracy[:-1])
+    with pytest.raises(D5Error, match="validation sampler"):
+        make_trainer(events=[StopWhenAccuracy(90.0)], validation=False).run(1)
+
+
+def test_learning_rate_schedule_per_epoch_and_per_step():
+    class SeenLR(TrainerEvent):
+        def __init__(self):
+            self.seen = []
+
+        def after_step(self, trainer, step, outputs):
+            self.seen.append(trainer.optimizer.lr)
+
+    seen = SeenLR()
+    make_trainer(events=[LearningRateSchedule(lambda epoch: 0.1 / (epoch + 1)), seen]).run(2)
+    assert seen.seen == [0.1] * 3 + [0.05] * 3
+    seen = SeenLR()
+    schedule = LearningRateSchedule(lambda step: 0.01 * step, per="step")
+    make_trainer(events=[schedule, seen]).run(2)
+    assert seen.seen == pytest.approx([0.01 * step for step in range(6)])
+    assert schedule.history == seen.seen
+    with pytest.raises(D5Error, match="finite number"):
+        make_trainer(events=[LearningRateSchedule(lambda epoch: float("nan"))]).run(1)
+
+
+def test_json_and_csv_loggers_write_per_epoch_records(tmp_path):
+    json_path, csv_path = tmp_path / "run" / "log.json", tmp_path / "log.csv"
+    stats = make_trainer(events=[JSONLogger(json_path), CSVLogger(csv_path)]).run(3)
+    logged = json.loads(json_path.read_text())
+    assert [record["epoch"] for record in logged["epochs"]] == [0, 1, 2]
+    assert [record["test_accuracy"] for record in logged["epochs"]] == stats.test_accuracy
+    assert logged["summary"]["train_loss"] == stats.train_loss
+    rows = list(csv.DictReader(csv_path.open()))
+    assert [float(row["train_loss"]) for row in rows] == pytest.approx(stats.train_loss)
+    assert [row for row in tmp_path.rglob("*.tmp")] == []  # atomic writes leave nothing behind
+
+
+def test_progress_can_be_disabled(capsys):
+    make_trainer(progress=False).run(2)
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+
+
+def test_progress_shows_a_bar_and_one_summary_line_per_epoch(capsys):
+    trainer = make_trainer(progress=True)
+    assert any(isinstance(event, ProgressBar) for event in trainer.events)
+    assert any(isinstance(event, EpochSummary) for event in trainer.events)
+    trainer.run(2)
+    captured = capsys.readouterr()
+    assert "epoch 1/2" in captured.err and "step" in captured.err
+    lines = captured.out.strip().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("epoch 2/2: train loss") and "test acc" in lines[1]
+
+
+def test_divergence_propagates_through_the_trainer_with_its_step():
+    class PoisonStep(TrainerEvent):
+        def before_step(self, trainer, step, inputs):
+            if step == 4:
+                inputs["input"][0, 0] = np.nan
+
+    with pytest.raises(DivergenceError, match="step 5"):
+        make_trainer(events=[PoisonStep()]).run(3)
+
+
+def test_optimizer_train_convenience():
+    executor = SoftmaxRegressionExecutor()
+    optimizer = MomentumOptimizer(executor, lr=0.1, momentum=0.9)
+    stats = optimizer.train(ShuffleSampler(blobs(96, seed=1), 32, seed=0), epochs=2,
+                            validation_sampler=OrderedSampler(blobs(40, seed=3), 20), progress=False)
+    assert stats.epochs == 2 and optimizer.steps == 6 and stats.test_accuracy[-1] > 80.0
+
+
+@pytest.mark.parametrize("make_bad", [
+    lambda: make_trainer(events=[object()]),
+    lambda: make_trainer().run(-1),
+    lambda: make_trainer().run(1, events=["not an event"]),
+    lambda: Trainer(42, None, SoftmaxRegressionExecutor(), GradientDescent(None)),
+    lambda: StopAfter(),
+    lambda: StopAfter(steps=0),
+    lambda: LearningRateSchedule(0.1),
+    lambda: LearningRateSchedule(lambda e: 0.1, per="batch"),
+])
+def test_bad_arguments_raise_d5_errors(make_bad):
+    with pytest.raises(D5Error):
+        make_bad()
+
+
+def test_count_correct_handles_index_onehot_and_regression_outputs():
+    logits = np.array([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0], [1.0, 0.0, 5.0], [0.0, 1.0, 0.5]])
+    assert count_correct(logits, np.array([0, 1, 1, 0])) == (2, 4)
+    assert count_correct(logits, np.array([[0], [1], [1], [0]])) == (2, 4)
+    assert count_correct(logits, np.eye(3)[[0, 1, 1, 0]]) == (2, 4)
+    per_position = np.zeros((2, 3, 5))
+    per_position[:, 2, :] = 1.0
+    assert count_correct(per_position, np.full((2, 5), 2)) == (10, 10)
+    assert count_correct(np.ones((4, 1)), np.ones(4)) is None  # regression: accuracy undefined
+
+
+# --- end to end: an MLP d5.Network on the reference framework -----------------------------------------------
+
+def _mlp(seed=0, hidden=16):
+    import d5
+
+    rng = np.random.default_rng(seed)
+    net = d5.Network("mlp")
+    net.add_input("input", ("N", N_FEATURES), "float32")
+    net.add_input("label", ("N",), "int64")
+    for name, fan_in, fan_out in (("fc1", N_FEATURES, hidden), ("fc2", hidden, N_CLASSES)):
+        bound = 1.0 / np.sqrt(fan_in)
+        net.add_param(f"{name}.weight", rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32))
+        net.add_param(f"{name}.bias", rng.uniform(-bound, bound, fan_out).astype(np.float32))
+    net.add_node("Gemm", ["input", "fc1.weight", "fc1.bias"], ["hidden"], transB=1)
+    net.add_node("Relu", ["hidden"], ["hidden_relu"])
+    net.add_node("Gemm", ["hidden_relu", "fc2.weight", "fc2.bias"], ["output"], transB=1)
+    net.add_node("SoftmaxCrossEntropyLoss", ["output", "label"], ["loss"], reduction="mean")
+    net.add_output("output")
+    net.add_output("loss")
+    return net
+
+
+def _float32_blobs(n, seed):
+    data = blobs(n, seed, spread=1.0)
+    return NumpyDataset(data.data.astype(np.float32), data.labels)
+
+
+def test_end_to_end_mlp_on_reference_framework_reaches_high_accuracy():
+    reference = pytest.importorskip("d5.frameworks.reference")
+    executor = reference.from_model(_mlp())
+    optimizer = MomentumOptimizer(executor, lr=0.05, momentum=0.9)
+    train = ShuffleSampler(_float32_blobs(600, seed=11), 32, seed=0)
+    test = OrderedSampler(_float32_blobs(300, seed=12), 100)
+    trainer = Trainer(train, test, executor, optimizer, progress=False)
+    chance_loss, chance_accuracy = trainer.test(test)
+    stats = trainer.run(4)
+    assert stats.test_accuracy[-1] >= 97.0 > chance_accuracy
+    assert stats.train_loss[-1] < 0.3 * stats.train_loss[0] and stats.test_loss[-1] < chance_loss
+    # The trained parameters are the network's live state: a fresh evaluation agrees with the stats.
+    assert trainer.test(test) == pytest.approx((stats.test_loss[-1], stats.test_accuracy[-1]), rel=1e-5)
