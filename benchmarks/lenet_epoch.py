@@ -2,14 +2,18 @@
 hand-written native PyTorch loop, measured in the same run.
 
 Epochs of the two alternate (torch, reference, torch, reference, ...) so drift on a noisy machine hits
-both alike. The figure is the ratio of median epoch times, with a bootstrap CI; the per-step times give
-a second, many-sample view of the same ratio.
+both alike. Each epoch runs in a fresh worker process (after a 20-step warm-up), so one framework's
+thread pools cannot slow the other down. The figure is the ratio of median epoch times, with a bootstrap
+CI; the per-step times give a second, many-sample view of the same ratio.
 
     python benchmarks/lenet_epoch.py --repeats 3 --output results/lenet_epoch.json
 """
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -60,41 +64,64 @@ def torch_epoch(images: np.ndarray, labels: np.ndarray, seed: int) -> tuple[floa
         loss.backward()
         optimizer.step()
         steps.append(time.perf_counter() - t0)
-    return time.perf_counter() - start, steps, float(loss)
+    return time.perf_counter() - start, steps, float(loss.detach())
+
+
+def load_training_set(subset: int | None):
+    train, _ = d5.datasets.load_fashion_mnist()
+    everything = train[np.arange(subset or len(train))]
+    return np.ascontiguousarray(everything["input"]), everything["label"]
+
+
+def worker(framework: str, seed: int, subset: int | None) -> None:
+    """Time one epoch of ``framework`` in this process and print the result as one JSON line."""
+    images, labels = load_training_set(subset)
+    warm_images, warm_labels = images[:BATCH * 20], labels[:BATCH * 20]
+    if framework == "pytorch":
+        torch_epoch(warm_images, warm_labels, seed)  # imports, allocator, thread pool
+        seconds, steps, loss = torch_epoch(images, labels, seed)
+    else:
+        reference_epoch(d5.NumpyDataset(warm_images, warm_labels), seed)
+        seconds, steps, loss = reference_epoch(d5.NumpyDataset(images, labels), seed)
+    print(json.dumps({"seconds": seconds, "steps": steps, "loss": loss}))
+
+
+def run_worker(framework: str, seed: int, subset: int | None) -> dict:
+    command = [sys.executable, __file__, "--worker", framework, "--seed", str(seed)]
+    if subset:
+        command += ["--subset", str(subset)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{framework} worker failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="epochs per framework (alternating)")
+    parser.add_argument("--repeats", type=int, default=5, help="epochs per framework (alternating)")
     parser.add_argument("--subset", type=int, default=None, help="use only N training images (quick check)")
     parser.add_argument("--output", default="results/lenet_epoch.json")
+    parser.add_argument("--worker", choices=("pytorch", "reference"), help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
-
-    train, _ = d5.datasets.load_fashion_mnist()
-    if args.subset:
-        batch = train[np.arange(args.subset)]
-        train = d5.NumpyDataset(batch["input"], batch["label"])
-    everything = train[np.arange(len(train))]
-    images, labels = np.ascontiguousarray(everything["input"]), everything["label"]
+    if args.worker:
+        worker(args.worker, args.seed, args.subset)
+        return
 
     epochs = {"pytorch": [], "reference": []}
     steps = {"pytorch": [], "reference": []}
-    torch_epoch(images[:BATCH * 20], labels[:BATCH * 20], 0)  # warm-up: imports, allocator, thread pool
-    reference_epoch(d5.NumpyDataset(images[:BATCH * 20], labels[:BATCH * 20]), 0)
     for repeat in range(args.repeats):
         for name in ("pytorch", "reference"):
-            if name == "pytorch":
-                seconds, step_times, loss = torch_epoch(images, labels, repeat)
-            else:
-                seconds, step_times, loss = reference_epoch(train, repeat)
-            epochs[name].append(seconds)
-            steps[name].extend(step_times)
-            print(f"repeat {repeat + 1}/{args.repeats} {name:9s}: {seconds:6.2f} s/epoch (last loss {loss:.3f})", flush=True)
+            result = run_worker(name, repeat, args.subset)
+            epochs[name].append(result["seconds"])
+            steps[name].extend(result["steps"])
+            print(f"repeat {repeat + 1}/{args.repeats} {name:9s}: {result['seconds']:6.2f} s/epoch "
+                  f"(last loss {result['loss']:.3f})", flush=True)
 
     epoch_ratio = compare(epochs["reference"], epochs["pytorch"])
     step_ratio = compare(steps["reference"], steps["pytorch"])
     figures = {
-        "images_per_epoch": int(len(labels)),
+        "images_per_epoch": args.subset or 60000,
         "batch_size": BATCH,
         "pytorch_epoch_seconds": summarize(epochs["pytorch"]),
         "reference_epoch_seconds": summarize(epochs["reference"]),

@@ -22,20 +22,13 @@ from d5.ops import CustomOp, CustomPythonOp
 __version__ = "0.1.0"
 
 # Public name -> module defining it. Resolved on first access so `import d5` stays light.
-_LAZY = {
-    "Dataset": "d5.training.dataset", "NumpyDataset": "d5.training.dataset",
-    "Sampler": "d5.training.sampler", "OrderedSampler": "d5.training.sampler", "ShuffleSampler": "d5.training.sampler",
-    "Optimizer": "d5.training.optimizer", "ThreeStepOptimizer": "d5.training.optimizer",
-    "UpdateRuleOptimizer": "d5.training.optimizer",
-    "GradientDescent": "d5.training.optimizers", "MomentumOptimizer": "d5.training.optimizers",
-    "AdamOptimizer": "d5.training.optimizers",
-    "Trainer": "d5.training.trainer", "TrainingStats": "d5.training.trainer",
-    "TrainerEvent": "d5.training.events",
-    "TestMetric": "d5.training.metrics", "TrainingMetric": "d5.training.metrics",
-    "TestAccuracy": "d5.training.metrics", "TrainingAccuracy": "d5.training.metrics",
-    "WallclockTime": "d5.training.metrics", "Throughput": "d5.training.metrics",
-    "run_recipe": "d5.recipe",
-}
+_LAZY = {name: "d5.training" for name in (
+    "AdaGradOptimizer", "AdamOptimizer", "AdamWOptimizer", "CSVLogger", "Dataset", "EpochSummary", "GradientDescent",
+    "JSONLogger", "LearningRateSchedule", "MomentumOptimizer", "NumpyDataset", "Optimizer", "OrderedSampler",
+    "ProgressBar", "RMSPropOptimizer", "Sampler", "ShuffleSampler", "StopAfter", "StopWhenAccuracy", "TestAccuracy",
+    "TestMetric", "Throughput", "TimeToAccuracy", "ThreeStepOptimizer", "Trainer", "TrainerEvent",
+    "TrainingAccuracy", "TrainingMetric", "TrainingStats", "UpdateRuleOptimizer", "WallclockTime")}
+_LAZY["run_recipe"] = "d5.recipe"
 _SUBMODULES = {"ops", "network", "training", "distributed", "frameworks", "datasets", "models", "bench", "recipe"}
 
 

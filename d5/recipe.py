@@ -43,7 +43,7 @@ _SUFFIXES = ("_args", "_kwargs", "_kwarg")
 
 def _canonical(key: str) -> str:
     """'model_kwarg' and 'model_kwargs' name the same component part."""
-    return key[:-1] + "s" if key.endswith("_kwarg") else key
+    return key + "s" if key.endswith("_kwarg") else key
 
 
 def _merge(fixed: Mapping[str, Any], mutable: Mapping[str, Any]) -> dict[str, Any]:
@@ -210,6 +210,7 @@ def _print_table(rows: list[dict], passed: bool, modified: dict) -> None:
     table = [{"metric": r["metric"], "value": f"{r['value']:.4g} {r['unit']}".strip(),
               "acceptable": "-" if r["threshold"] is None else f"{r['threshold']:g}",
               "met": "yes" if r["met"] else "NO", "detail": r["detail"]} for r in rows]
-    print(markdown_table(table))
+    if table:
+        print(markdown_table(table))
     note = f" (modified by overrides {modified}: not a valid benchmark result)" if modified else ""
     print(f"recipe {'PASSED' if passed else 'FAILED'}{note}")

@@ -43,6 +43,11 @@ class CustomOp(abc.ABC):
     #: active dropout), False in ``inference``.
     training: bool = False
 
+    #: Set by executors before backward: one flag per input, False where no gradient is needed (the data
+    #: input of a network's first layer). None means all are needed. Operators may skip work accordingly
+    #: and return None for those inputs.
+    input_grad_required: tuple[bool, ...] | None = None
+
     def __init__(self) -> None:
         self.training = False
 

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from d5.frameworks.reference.custom_op import custom_op
@@ -24,12 +25,12 @@ def from_model(network: Network, device: Any = None) -> ReferenceGraphExecutor:
 
 def __getattr__(name: str):
     # The optimizers live in d5.training; importing them lazily keeps `import d5.frameworks.reference` light.
-    if name in ("GradientDescent", "MomentumOptimizer", "AdamOptimizer"):
-        from d5.frameworks.reference import optimizers
-
+    # import_module, not `from ... import`, which would re-enter this __getattr__ for the submodule itself.
+    optimizers = importlib.import_module("d5.frameworks.reference.optimizers")
+    if name in optimizers.__all__:
         return getattr(optimizers, name)
     raise AttributeError(f"module 'd5.frameworks.reference' has no attribute {name!r}")
 
 
-__all__ = ["NAME", "ReferenceGraphExecutor", "custom_op", "from_model",
-           "GradientDescent", "MomentumOptimizer", "AdamOptimizer"]
+__all__ = ["NAME", "ReferenceGraphExecutor", "custom_op", "from_model", "AdaGradOptimizer", "AdamOptimizer",
+           "AdamWOptimizer", "GradientDescent", "MomentumOptimizer", "RMSPropOptimizer"]

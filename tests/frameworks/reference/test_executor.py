@@ -97,3 +97,57 @@ def test_lenet_loss_and_every_gradient_match_pytorch_autograd():
         expected = getattr(layers[layer], kind).grad.numpy()
         got = executor.network.fetch_tensors([grad_name])[0]
         np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-5, err_msg=param)
+
+
+def batchnorm_network():
+    net = d5.Network("bn")
+    net.add_input("x", ("N", 3, 4, 4))
+    net.add_param("scale", np.ones(3, np.float32))
+    net.add_param("bias", np.zeros(3, np.float32))
+    net.add_param("mean", np.zeros(3, np.float32), trainable=False)
+    net.add_param("var", np.ones(3, np.float32), trainable=False)
+    net.add_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], momentum=0.9)
+    net.add_output("y")
+    return net
+
+
+def test_batchnorm_updates_running_statistics_only_in_training():
+    executor = reference.from_model(batchnorm_network())
+    x = np.random.default_rng(0).normal(loc=2.0, scale=3.0, size=(8, 3, 4, 4)).astype(np.float32)
+    before = executor.inference({"x": x})["y"]
+    np.testing.assert_allclose(before, x / np.sqrt(1 + 1e-5), rtol=1e-5)  # running stats: mean 0, var 1
+    assert executor.network.fetch_tensors(["mean"])[0].tolist() == [0, 0, 0]
+    train_out = executor.inference_and_backprop({"x": x}, y="y")["y"]
+    np.testing.assert_allclose(train_out.mean(axis=(0, 2, 3)), 0, atol=1e-5)  # batch statistics
+    mean, var = executor.network.fetch_tensors(["mean", "var"])
+    np.testing.assert_allclose(mean, 0.1 * x.mean(axis=(0, 2, 3)), rtol=1e-5)
+    np.testing.assert_allclose(var, 0.9 + 0.1 * x.var(axis=(0, 2, 3)), rtol=1e-5)
+    assert executor.network.get_params() == ["scale", "bias"]
+
+
+def test_custom_python_operator_in_a_network():
+    class IPowOp(d5.CustomPythonOp):
+        def __init__(self, power):
+            super().__init__()
+            self.power = power
+
+        def forward(self, inputs):
+            return inputs[0] ** self.power
+
+        def backward(self, grads, fwd_inputs, fwd_outputs):
+            return grads[0] * self.power * fwd_inputs[0] ** (self.power - 1)
+
+    net = d5.Network()
+    net.add_input("x", ("N", 2), "float64")
+    net.add_input("t", ("N", 2), "float64")
+    net.add_param("w", np.array([1.0, 2.0]))
+    net.add_node("Mul", ["x", "w"], ["xw"])
+    net.add_custom_node(IPowOp(3), ["xw"], ["cubed"])
+    net.add_node("MeanSquaredError", ["cubed", "t"], ["loss"], reduction="sum")
+    net.add_output("loss")
+    x = np.array([[1.0, 1.0], [2.0, 0.5]])
+    executor = reference.from_model(net)
+    executor.inference_and_backprop({"x": x, "t": np.zeros_like(x)}, y="loss")
+    # loss = sum((x w)^6)  =>  dloss/dw = sum_rows 6 x^6 w^5
+    expected = (6 * x ** 6 * np.array([1.0, 2.0]) ** 5).sum(axis=0)
+    np.testing.assert_allclose(executor.network.fetch_tensors(["w_grad"])[0], expected)

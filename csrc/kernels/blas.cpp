@@ -1,0 +1,55 @@
+#include "blas.h"
+
+#include <climits>
+#include <stdexcept>
+#include <string>
+
+namespace d5 {
+namespace kernels {
+
+namespace {
+
+FortranGemm<float> g_sgemm = nullptr;
+FortranGemm<double> g_dgemm = nullptr;
+
+int to_blas_int(index_t value) {
+    if (value < 0 || value > INT_MAX)
+        throw std::overflow_error("GEMM dimension " + std::to_string(value) + " does not fit the 32-bit BLAS interface");
+    return static_cast<int>(value);
+}
+
+template <typename T>
+FortranGemm<T> routine();
+template <>
+FortranGemm<float> routine<float>() { return g_sgemm; }
+template <>
+FortranGemm<double> routine<double>() { return g_dgemm; }
+
+}  // namespace
+
+void set_blas(FortranGemm<float> sgemm, FortranGemm<double> dgemm) {
+    g_sgemm = sgemm;
+    g_dgemm = dgemm;
+}
+
+bool blas_ready() { return g_sgemm != nullptr && g_dgemm != nullptr; }
+
+template <typename T>
+void gemm_row_major(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,
+                    const T* b, index_t ldb, T beta, T* c, index_t ldc) {
+    FortranGemm<T> gemm = routine<T>();
+    if (gemm == nullptr) throw std::runtime_error("d5._C: BLAS not registered (call d5._C.set_blas first)");
+    // A row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T: swap the operands.
+    char ta = trans_b ? 'T' : 'N', tb = trans_a ? 'T' : 'N';
+    int mm = to_blas_int(n), nn = to_blas_int(m), kk = to_blas_int(k);
+    int lda_ = to_blas_int(ldb), ldb_ = to_blas_int(lda), ldc_ = to_blas_int(ldc);
+    gemm(&ta, &tb, &mm, &nn, &kk, &alpha, const_cast<T*>(b), &lda_, const_cast<T*>(a), &ldb_, &beta, c, &ldc_);
+}
+
+template void gemm_row_major<float>(bool, bool, index_t, index_t, index_t, float, const float*, index_t, const float*,
+                                    index_t, float, float*, index_t);
+template void gemm_row_major<double>(bool, bool, index_t, index_t, index_t, double, const double*, index_t,
+                                     const double*, index_t, double, double*, index_t);
+
+}  // namespace kernels
+}  // namespace d5

@@ -1,0 +1,235 @@
+"""Python side of d5's C++ reference kernels: the lazy loader of ``d5._C`` and the window geometry
+(ONNX ``auto_pad`` / ``pads`` / ``ceil_mode`` -> output size) that convolution and pooling share.
+
+``d5._C`` is imported on first use, never at import of d5, so that the pure-Python parts of d5 work
+(and say what to do) when the extension has not been built.
+
+>>> native = load_native()
+>>> import numpy as np
+>>> native.im2col(np.ones((1, 1, 3, 3), np.float32), (2, 2), (1, 1), (0, 0), (1, 1), (2, 2)).shape
+(1, 4, 4)
+>>> window_geometry((28,), (5,), strides=(1,), dilations=(1,), pads=(2, 2), auto_pad="NOTSET")
+WindowGeometry(out=(28,), pads_begin=(2,), pads_end=(2,))
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import math
+import os
+from types import ModuleType
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from d5.errors import D5Error, ShapeError, UnsupportedOperatorError
+
+_native: ModuleType | None = None
+
+# How long (in spin iterations) d5._C's idle OpenMP threads busy-wait before sleeping. libgomp's default
+# spins for ~0.3 M iterations after every parallel region; on a 2-core machine those spinning threads
+# starve the BLAS threads of the matmul that follows each kernel (measured: a LeNet-5 training step went
+# from ~20 ms to ~12 ms with a short spin). Applied only when the user set neither variable, and only
+# while d5._C (and with it libgomp, which reads its settings once when loaded) is imported.
+_DEFAULT_GOMP_SPINCOUNT = "10000"
+
+AUTO_PAD_MODES = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def load_native() -> ModuleType:
+    """Return the compiled extension ``d5._C``, importing it on first call.
+
+    Raises :class:`d5.errors.D5Error` with the build command when the extension is missing.
+
+    >>> load_native().__name__
+    'd5._C'
+    """
+    global _native
+    if _native is None:
+        try:
+            # import_module (not `from d5 import _C`) so that a blocked or removed module is noticed even
+            # when the package already has the attribute.
+            with _short_openmp_spin():
+                module = importlib.import_module("d5._C")
+        except ImportError as err:
+            raise D5Error(
+                "the compiled extension d5._C (C++ reference kernels for Conv, pooling and "
+                f"BatchNormalization) could not be imported ({err}); build it by running "
+                "`pip install --no-build-isolation -e .` in the d5 source tree (or `make test`)"
+            ) from err
+        _register_blas(module)
+        _native = module
+    return _native
+
+
+def _register_blas(module: ModuleType) -> None:
+    # The convolution GEMMs call scipy's BLAS through the function pointers scipy exports; without scipy
+    # (or with an incompatible one) Conv falls back to NumPy matmul, slower but correct.
+    try:
+        from scipy.linalg import cython_blas
+
+        module.set_blas(cython_blas.__pyx_capi__["sgemm"], cython_blas.__pyx_capi__["dgemm"])
+    except (ImportError, KeyError, ValueError):
+        pass
+
+
+@contextlib.contextmanager
+def _short_openmp_spin() -> Iterator[None]:
+    user_choice = any(name in os.environ for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"))
+    if not user_choice:
+        os.environ["GOMP_SPINCOUNT"] = _DEFAULT_GOMP_SPINCOUNT
+    try:
+        yield
+    finally:
+        if not user_choice:
+            # Restore the environment so that runtimes loaded later (torch's own libgomp) are unaffected.
+            os.environ.pop("GOMP_SPINCOUNT", None)
+
+
+def native_available() -> bool:
+    """True when ``d5._C`` can be imported.
+
+    >>> native_available()
+    True
+    """
+    try:
+        load_native()
+    except D5Error:
+        return False
+    return True
+
+
+def compute_dtype(op_name: str, *arrays: np.ndarray) -> np.dtype:
+    """The dtype the kernels run in for these inputs: float64 if any input is float64, else float32.
+
+    float16 (and other narrower floats) compute in float32; the operator casts the result back.
+
+    >>> compute_dtype("Conv", np.zeros(1, np.float16), np.zeros(1, np.float32))
+    dtype('float32')
+    """
+    for array in arrays:
+        if not np.issubdtype(array.dtype, np.floating):
+            raise ShapeError(f"{op_name}: expected floating-point inputs, got dtype {array.dtype}; "
+                             "cast the input to float32 or float64")
+    if any(array.dtype == np.float64 for array in arrays):
+        return np.dtype(np.float64)
+    return np.dtype(np.float32)
+
+
+def as_kernel_array(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``array`` as a C-contiguous array of ``dtype`` (no copy when it already is one).
+
+    >>> as_kernel_array(np.arange(4.0)[::2], np.dtype(np.float32)).flags.c_contiguous
+    True
+    """
+    return np.ascontiguousarray(array, dtype=dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowGeometry:
+    """Output size and the pads actually applied, per spatial axis."""
+
+    out: tuple[int, ...]
+    pads_begin: tuple[int, ...]
+    pads_end: tuple[int, ...]
+
+
+def window_geometry(spatial: Sequence[int], kernel: Sequence[int], *, strides: Sequence[int],
+                    dilations: Sequence[int], pads: Sequence[int], auto_pad: str = "NOTSET",
+                    ceil_mode: bool = False, op_name: str = "window") -> WindowGeometry:
+    """Resolve ONNX padding attributes into output sizes and explicit pads (begin/end per axis).
+
+    ``pads`` is in ONNX order ``[x1_begin, x2_begin, ..., x1_end, x2_end, ...]`` and is used only when
+    ``auto_pad`` is ``NOTSET``. ``SAME_UPPER``/``SAME_LOWER`` give ``ceil(in / stride)`` outputs and put
+    the odd pad at the end/beginning; ``VALID`` pads nothing. With ``ceil_mode`` (pooling) the last
+    window may overhang, but, as in PyTorch, it must start inside the input or the leading pad.
+
+    >>> window_geometry((5,), (2,), strides=(2,), dilations=(1,), pads=(0, 0), ceil_mode=True)
+    WindowGeometry(out=(3,), pads_begin=(0,), pads_end=(0,))
+    >>> window_geometry((5,), (3,), strides=(2,), dilations=(1,), pads=(0, 0), auto_pad="SAME_LOWER")
+    WindowGeometry(out=(3,), pads_begin=(1,), pads_end=(1,))
+    """
+    rank = len(spatial)
+    if auto_pad not in AUTO_PAD_MODES:
+        raise ShapeError(f"{op_name}: auto_pad must be one of {', '.join(AUTO_PAD_MODES)}, got {auto_pad!r}")
+    for name, values, minimum in (("kernel_shape", kernel, 1), ("strides", strides, 1), ("dilations", dilations, 1)):
+        if len(values) != rank or any(int(v) < minimum for v in values):
+            raise ShapeError(f"{op_name}: {name} must be {rank} integers >= {minimum} (one per spatial axis "
+                             f"of the input), got {list(values)}")
+    if len(pads) != 2 * rank or any(int(p) < 0 for p in pads):
+        raise ShapeError(f"{op_name}: pads must be {2 * rank} non-negative integers (begin values, then end "
+                         f"values), got {list(pads)}")
+    out, begin, end = [], [], []
+    for axis in range(rank):
+        size, stride = int(spatial[axis]), int(strides[axis])
+        extent = (int(kernel[axis]) - 1) * int(dilations[axis]) + 1  # the dilated kernel's reach
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            n_out = -(-size // stride)
+            total = max((n_out - 1) * stride + extent - size, 0)
+            small, large = total // 2, total - total // 2
+            pad_begin, pad_end = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
+        else:
+            pad_begin, pad_end = (0, 0) if auto_pad == "VALID" else (int(pads[axis]), int(pads[axis + rank]))
+            span = size + pad_begin + pad_end - extent
+            if span < 0:
+                raise ShapeError(f"{op_name}: the kernel (extent {extent} with dilation) is larger than spatial axis "
+                                 f"{axis} of the padded input ({size} + pads {pad_begin}+{pad_end}); use a smaller "
+                                 "kernel or more padding")
+            n_out = (math.ceil(span / stride) if ceil_mode else span // stride) + 1
+            if ceil_mode and (n_out - 1) * stride >= size + pad_begin:
+                n_out -= 1  # the last window would start in the trailing pad and see no input
+        out.append(n_out)
+        begin.append(pad_begin)
+        end.append(pad_end)
+    return WindowGeometry(tuple(out), tuple(begin), tuple(end))
+
+
+@dataclasses.dataclass(frozen=True)
+class Window2D:
+    """A sliding window resolved for the 2-D kernels; 1-D inputs are run as height-1 images.
+
+    ``pads`` is ``(top, left, bottom, right)`` as the kernels take it; ``spatial_rank`` is the rank the
+    operator was given (1 or 2), so the caller can reshape the result back.
+    """
+
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    out: tuple[int, int]
+    spatial_rank: int
+
+    @property
+    def pads_begin(self) -> tuple[int, int]:
+        return self.pads[0], self.pads[1]
+
+
+def resolve_window_2d(op_name: str, spatial: Sequence[int], kernel_shape: Sequence[int], *,
+                      strides: Sequence[int] | None, dilations: Sequence[int] | None, pads: Sequence[int] | None,
+                      auto_pad: str = "NOTSET", ceil_mode: bool = False) -> Window2D:
+    """ONNX window attributes (``None`` = ONNX default) for 1 or 2 spatial axes -> :class:`Window2D`.
+
+    >>> resolve_window_2d("MaxPool", (10,), (3,), strides=(2,), dilations=None, pads=None)
+    Window2D(kernel=(1, 3), strides=(1, 2), dilations=(1, 1), pads=(0, 0, 0, 0), out=(1, 4), spatial_rank=1)
+    """
+    rank = len(spatial)
+    if rank not in (1, 2):
+        raise UnsupportedOperatorError(
+            f"{op_name}: the reference framework implements 1-D and 2-D windows (3-D or 4-D inputs), got an input "
+            f"with {rank} spatial axes; run this model on another framework (e.g. PyTorch) or reshape it to 2-D")
+    strides = tuple(strides) if strides is not None else (1,) * rank
+    dilations = tuple(dilations) if dilations is not None else (1,) * rank
+    pads = tuple(pads) if pads is not None else (0,) * (2 * rank)
+    geometry = window_geometry(spatial, kernel_shape, strides=strides, dilations=dilations, pads=pads,
+                               auto_pad=auto_pad, ceil_mode=ceil_mode, op_name=op_name)
+    if rank == 1:
+        return Window2D((1, int(kernel_shape[0])), (1, int(strides[0])), (1, int(dilations[0])),
+                        (0, geometry.pads_begin[0], 0, geometry.pads_end[0]), (1, geometry.out[0]), 1)
+    return Window2D((int(kernel_shape[0]), int(kernel_shape[1])), (int(strides[0]), int(strides[1])),
+                    (int(dilations[0]), int(dilations[1])),
+                    (*geometry.pads_begin, *geometry.pads_end), geometry.out, 2)
+
+
+__all__ = ["AUTO_PAD_MODES", "Window2D", "WindowGeometry", "as_kernel_array", "compute_dtype", "load_native",
+           "native_available", "resolve_window_2d", "window_geometry"]
