@@ -51,6 +51,10 @@ class RecipeError(D5Error, ValueError):
     """A recipe's components are inconsistent (overlapping, missing or of the wrong type)."""
 
 
+class InvalidHyperparameterError(D5Error, ValueError):
+    """An optimizer or schedule was given a hyper-parameter outside its valid range."""
+
+
 class FrameworkNotInstalledError(D5Error, ImportError):
     """A framework d5 was asked to use is not installed."""
 
@@ -58,5 +62,5 @@ class FrameworkNotInstalledError(D5Error, ImportError):
 __all__ = [
     "D5Error", "GraphError", "ShapeError", "UnsupportedOperatorError", "OnnxImportError",
     "DatasetError", "CompileError", "DivergenceError", "DistributedError", "RecipeError",
-    "FrameworkNotInstalledError",
+    "FrameworkNotInstalledError", "InvalidHyperparameterError",
 ]

@@ -28,15 +28,11 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
-from d5.errors import D5Error, DivergenceError
+from d5.errors import D5Error, DivergenceError, InvalidHyperparameterError
 
 if TYPE_CHECKING:  # only for annotations: trainer imports nothing from here at run time either
     from d5.training.events import TrainerEvent
     from d5.training.trainer import TrainingStats
-
-
-class InvalidHyperparameterError(D5Error, ValueError):
-    """An optimizer or schedule was given a hyper-parameter outside its valid range."""
 
 
 def check_hyperparameter(name: str, value: float, low: float = 0.0, high: float = math.inf,
