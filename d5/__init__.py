@@ -29,6 +29,8 @@ _LAZY = {name: "d5.training" for name in (
     "TestMetric", "Throughput", "TimeToAccuracy", "ThreeStepOptimizer", "Trainer", "TrainerEvent",
     "TrainingAccuracy", "TrainingMetric", "TrainingStats", "UpdateRuleOptimizer", "WallclockTime")}
 _LAZY["run_recipe"] = "d5.recipe"
+_LAZY["load_onnx"] = "d5.network.onnx_import"
+_LAZY["save_onnx"] = "d5.network.onnx_export"
 _SUBMODULES = {"ops", "network", "training", "distributed", "frameworks", "datasets", "models", "bench", "recipe"}
 
 

@@ -123,10 +123,11 @@ class Network:
         return names
 
     # ------------------------------------------------------------------ editing
-    def add_input(self, name: str, shape: Sequence[Dim], dtype: Any = "float32") -> TensorInfo:
-        """Declare a graph input. Dimensions may be ints, symbolic names (``'N'``) or None."""
+    def add_input(self, name: str, shape: Sequence[Dim] | None, dtype: Any = "float32") -> TensorInfo:
+        """Declare a graph input. Dimensions may be ints, symbolic names (``'N'``) or None; a shape of None
+        means even the rank is unknown (as ONNX allows)."""
         self._check_new_tensor(name)
-        info = TensorInfo(name, tuple(shape), _as_dtype(dtype, name))
+        info = TensorInfo(name, None if shape is None else tuple(shape), _as_dtype(dtype, name))
         self._inputs[name] = info
         self._edited()
         return info
@@ -253,6 +254,19 @@ class Network:
         self._tensors = tensors
 
     # ------------------------------------------------------------------ ONNX
+    @classmethod
+    def from_onnx(cls, source: Any, external_data_dir: Any = None) -> "Network":
+        """Import an ONNX model (a path, the file's bytes or an ``onnx.ModelProto``); see
+        :func:`d5.network.onnx_import.load_onnx`. Bad models raise OnnxImportError or UnsupportedOperatorError.
+
+        >>> import d5
+        >>> d5.Network.from_onnx(d5.models.lenet5().to_onnx()).outputs
+        ['output', 'loss']
+        """
+        from d5.network.onnx_import import load_onnx
+
+        return load_onnx(source, external_data_dir)
+
     def to_onnx(self):
         """This graph as an ``onnx.ModelProto`` (requires the onnx package)."""
         from d5.network.onnx_export import network_to_onnx

@@ -1,14 +1,24 @@
-"""Conversion of a :class:`d5.Network` to an ONNX ModelProto, and shape inference through ONNX.
+"""Conversion of a :class:`d5.Network` to an ONNX ModelProto, saving it, and shape inference through ONNX.
 
 ONNX's own shape inference is the well-kept implementation of every operator's shape rules, so d5
 infers shapes by exporting and asking ``onnx.shape_inference`` rather than duplicating those rules.
+Export writes back everything import produces: numpy-array attributes as tensors, decoded strings,
+empty lists typed from the operator's schema, symbolic dimensions, and the network's opset.
+
+>>> import d5
+>>> model = d5.models.lenet5().to_onnx()
+>>> model.opset_import[0].version, model.graph.input[0].type.tensor_type.shape.dim[0].dim_param
+(17, 'N')
 """
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import numpy as np
 
-from d5.errors import ShapeError
-from d5.network.graph import Network, TensorInfo
+from d5.errors import GraphError, ShapeError
+from d5.network.graph import Network, Node, TensorInfo
 from d5.network.op_types import CUSTOM_DOMAIN, D5_DOMAIN
 
 
@@ -21,16 +31,17 @@ def _value_info(name: str, dtype: np.dtype, shape):
 
 
 def network_to_onnx(network: Network, infer_output_types: bool = True):
-    """Build an ``onnx.ModelProto`` of ``network`` (nodes in topological order)."""
+    """Build an ``onnx.ModelProto`` of ``network`` (nodes in topological order).
+
+    >>> import d5
+    >>> [node.op_type for node in network_to_onnx(d5.models.lenet5()).graph.node][:3]
+    ['Conv', 'Relu', 'MaxPool']
+    """
     import onnx
     from onnx import helper, numpy_helper
 
     order = network.topological_order()
-    nodes = []
-    for node in order:
-        attrs = {k: v for k, v in node.attrs.items() if v is not None}
-        nodes.append(helper.make_node(node.op_type, node.inputs, node.outputs, name=node.name,
-                                      domain=node.domain or None, **attrs))
+    nodes = [node_to_proto(node, network.opset) for node in order]
     inputs = [_value_info(i.name, i.dtype, i.shape) for i in network.inputs.values()]
     initializers = [numpy_helper.from_array(np.ascontiguousarray(v), name) for name, v in network.params.items()]
     outputs = [helper.make_empty_tensor_value_info(name) for name in network.outputs]
@@ -48,7 +59,7 @@ def network_to_onnx(network: Network, infer_output_types: bool = True):
             if info is not None:
                 out.CopyFrom(_value_info(out.name, info.dtype, info.shape))
         if not domains & {CUSTOM_DOMAIN, D5_DOMAIN}:  # the checker rejects domains it has no schemas for
-            onnx.checker.check_model(model)
+            _check(model, network, full_check=False)
     return model
 
 
@@ -78,3 +89,115 @@ def _infer(model) -> dict[str, TensorInfo]:
 def infer_shapes(network: Network) -> dict[str, TensorInfo]:
     """Shapes and dtypes of all tensors of ``network`` that ONNX shape inference can determine."""
     return _infer(network_to_onnx(network, infer_output_types=False))
+
+
+def node_to_proto(node: Node, opset: int | None = None):
+    """One :class:`~d5.network.graph.Node` as an ``onnx.NodeProto``. ``opset`` selects the schema that types
+    attributes whose Python value is ambiguous (an empty list).
+
+    >>> from d5.network.graph import Node
+    >>> proto = node_to_proto(Node("pad", "Pad", ["x", "p"], ["y"], {"mode": "reflect"}))
+    >>> proto.attribute[0].s
+    b'reflect'
+    """
+    from onnx import helper
+
+    attributes = [python_to_attribute(key, value, node.op_type, node.domain, opset)
+                  for key, value in node.attrs.items() if value is not None]
+    proto = helper.make_node(node.op_type, node.inputs, node.outputs, name=node.name, domain=node.domain or None)
+    proto.attribute.extend(attributes)
+    return proto
+
+
+def python_to_attribute(key: str, value: Any, op_type: str = "", domain: str = "", opset: int | None = None):
+    """An attribute value as import produces it (numbers, str/bytes, numpy arrays, lists of those, protos)
+    as an ``onnx.AttributeProto``.
+
+    >>> import numpy as np
+    >>> python_to_attribute("value", np.array([1.5], np.float32)).t.dims
+    [1]
+    """
+    from onnx import AttributeProto, helper, numpy_helper
+
+    try:
+        if isinstance(value, np.ndarray):
+            return helper.make_attribute(key, numpy_helper.from_array(value))
+        if isinstance(value, np.generic):
+            value = value.item()
+        if isinstance(value, (list, tuple)):
+            items = [numpy_helper.from_array(v) if isinstance(v, np.ndarray) else
+                     v.item() if isinstance(v, np.generic) else v for v in value]
+            attr_type = _schema_attribute_type(op_type, domain, opset, key)
+            if not items:
+                return helper.make_attribute(key, [], attr_type=attr_type or AttributeProto.INTS)
+            if attr_type == AttributeProto.FLOATS:
+                items = [float(v) for v in items]  # [1, 2] for a FLOATS attribute is [1.0, 2.0]
+            return helper.make_attribute(key, items)
+        if isinstance(value, int) and not isinstance(value, bool) and \
+                _schema_attribute_type(op_type, domain, opset, key) == AttributeProto.FLOAT:
+            value = float(value)
+        return helper.make_attribute(key, value)
+    except (TypeError, ValueError) as err:
+        raise GraphError(f"attribute {key!r} of a {op_type or 'node'}: cannot write {type(value).__name__} value "
+                      f"{value!r:.80} to ONNX ({err}); use a number, string, numpy array or a list of one kind") from None
+
+
+def _schema_attribute_type(op_type: str, domain: str, opset: int | None, key: str):
+    import onnx.defs
+
+    if domain not in ("", "ai.onnx") or not op_type:
+        return None
+    try:
+        schema = onnx.defs.get_schema(op_type, opset or onnx.defs.onnx_opset_version(), "")
+    except onnx.defs.SchemaError:
+        return None
+    spec = schema.attributes.get(key)
+    return None if spec is None else int(spec.type)
+
+
+def save_onnx(network: Network, path: str | os.PathLike) -> None:
+    """Write ``network`` to an ONNX file, atomically, after ``onnx.checker.check_model(full_check=True)``
+    passes (graphs with d5's own operators are checked without the full check, which has no schemas
+    for them). Raises :class:`~d5.errors.GraphError` when the model does not check.
+
+    >>> import d5, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "lenet.onnx")
+    >>> save_onnx(d5.models.lenet5(), path)
+    >>> d5.Network.from_onnx(path).nodes[0].op_type
+    'Conv'
+    """
+    from d5.io_utils import atomic_write
+
+    model = network_to_onnx(network)
+    domains = {entry.domain for entry in model.opset_import}
+    _check(model, network, full_check=not domains & {CUSTOM_DOMAIN, D5_DOMAIN})
+    data = model.SerializeToString()
+    with atomic_write(path, "wb") as handle:
+        handle.write(data)
+
+
+def _check(model, network: Network, full_check: bool) -> None:
+    import onnx
+
+    try:
+        onnx.checker.check_model(model, full_check=full_check)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as err:
+        # A node's own error (e.g. an attribute of the wrong type) says more than its knock-on effects
+        # (an output whose type could not be inferred), so look for it first.
+        message = _first_node_error(model) or str(err)
+        raise GraphError(f"network {network.name!r} does not export to valid ONNX: {message.strip()[:800]}; "
+                         "fix the offending node's attributes or inputs") from None
+
+
+def _first_node_error(model) -> str | None:
+    import onnx
+
+    context = onnx.checker.C.CheckerContext()
+    context.ir_version = model.ir_version
+    context.opset_imports = {entry.domain: entry.version for entry in model.opset_import}
+    for node in model.graph.node:
+        try:
+            onnx.checker.check_node(node, context)
+        except onnx.checker.ValidationError as err:
+            return str(err)
+    return None

@@ -18,9 +18,12 @@ from d5.network.graph import Network
 NAME = "reference"
 
 
-def from_model(network: Network, device: Any = None) -> ReferenceGraphExecutor:
-    """An executor running ``network`` (copied; ``executor.network`` is the live copy) on the reference framework."""
-    return ReferenceGraphExecutor(network, device=device)
+def from_model(network: Network, device: Any = None, fallback: bool = False) -> ReferenceGraphExecutor:
+    """An executor running ``network`` (copied; ``executor.network`` is the live copy) on the reference framework.
+
+    ``fallback=True`` runs operators d5 does not implement on onnx.reference (inference only, with a warning
+    naming them); otherwise they raise UnsupportedOperatorError."""
+    return ReferenceGraphExecutor(network, device=device, fallback=fallback)
 
 
 def __getattr__(name: str):

@@ -6,15 +6,20 @@ still fast enough to train LeNet-5 on Fashion-MNIST (the heavy operators call C+
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Mapping
 
 import numpy as np
 
-from d5.errors import D5Error, GraphError
-from d5.frameworks.reference.operators import create_operator
+from d5.errors import D5Error, GraphError, UnsupportedOperatorError
+from d5.frameworks.reference.operators import create_operator, supported_operators
 from d5.network.executor import GraphExecutor
 from d5.network.graph import Network, Node, gradient_name
 from d5.ops.operator import CustomOp, as_tuple
+
+
+class FallbackWarning(UserWarning):
+    """Some operators of a network run on the onnx.reference fallback (inference only)."""
 
 
 @dataclasses.dataclass
@@ -38,21 +43,40 @@ class _Plan:
 class ReferenceGraphExecutor(GraphExecutor):
     """Executes a copy of ``network`` (``executor.network`` is the live copy) on the CPU."""
 
-    def __init__(self, network: Network, device: Any = None) -> None:
+    def __init__(self, network: Network, device: Any = None, fallback: bool = False) -> None:
         if device is not None and getattr(device, "is_gpu", False):
             raise D5Error("the reference framework runs on the CPU only; pass device=None or d5.CPUDevice()")
         network.validate()
         super().__init__(network.copy(), device)
-        self._steps = [_Step(node, self._make_op(node), _trim_optional(node.inputs))
+        self._fallback_ops: list[str] = []
+        self._steps = [_Step(node, self._make_op(node, fallback), _trim_optional(node.inputs))
                        for node in self.network.topological_order()]
+        if self._fallback_ops:
+            warnings.warn(f"d5 reference framework: operators {sorted(set(self._fallback_ops))} are not implemented by "
+                          "d5 and run on onnx.reference (inference only, no gradient)", FallbackWarning, stacklevel=3)
         self._plans: dict[tuple, _Plan] = {}
 
-    @staticmethod
-    def _make_op(node: Node) -> CustomOp:
+    @property
+    def fallback_operators(self) -> list[str]:
+        """Op types running on the onnx.reference fallback (empty unless built with ``fallback=True``)."""
+        return sorted(set(self._fallback_ops))
+
+    def _make_op(self, node: Node, fallback: bool) -> CustomOp:
         if node.custom_op is not None:
             return node.custom_op
         try:
             return create_operator(node.op_type, node.attrs)
+        except UnsupportedOperatorError as err:
+            if not fallback or node.op_type in supported_operators():
+                raise UnsupportedOperatorError(f"node {node.name!r}: {err}") from None
+        except D5Error as err:
+            raise type(err)(f"node {node.name!r}: {err}") from None
+        from d5.frameworks.reference.operators.fallback import OnnxReferenceFallbackOp
+        from d5.network.onnx_export import node_to_proto
+
+        self._fallback_ops.append(node.op_type)
+        try:
+            return OnnxReferenceFallbackOp(node_to_proto(node, self.network.opset), self.network.opset)
         except D5Error as err:
             raise type(err)(f"node {node.name!r}: {err}") from None
 

@@ -2,10 +2,17 @@
 from d5.frameworks.reference.operators import (  # noqa: F401
     activations,
     conv,
+    conv_transpose,
+    einsum,
     elementwise,
+    layer_norm,
     linear,
     losses,
+    math_ops,
     normalization,
     pooling,
+    recurrent,
+    reductions,
+    shape_ops,
     tensor_ops,
 )

@@ -51,35 +51,31 @@ class SoftmaxCrossEntropyLoss(ReferenceOp):
         weights = inputs[2] if len(inputs) > 2 else None
         self._check(scores, labels, weights)
         log_prob = log_softmax(scores, axis=1)
+        return self._nll(log_prob, labels, weights), log_prob
+
+    def _nll(self, log_prob, labels, weights):
+        """The reduced negative log-likelihood of ``labels`` under ``log_prob`` (shared with NLLLoss)."""
         labels, valid = self._safe_labels(labels)
         # -log p[label] per sample, times the label's weight (0 for ignored samples).
         loss = -np.take_along_axis(log_prob, labels[:, np.newaxis], axis=1)[:, 0]
-        sample_weights = self._sample_weights(labels, valid, weights, scores.dtype)
+        sample_weights = self._sample_weights(labels, valid, weights, log_prob.dtype)
         if sample_weights is not None:
             loss *= sample_weights
         if self.reduction == "none":
-            return loss, log_prob
-        total = loss.sum(dtype=scores.dtype)
+            return loss
+        total = loss.sum(dtype=log_prob.dtype)
         if self.reduction == "mean":
             with np.errstate(divide="ignore", invalid="ignore"):  # all ignored: NaN, as in ONNX
-                total = total / (loss.size if sample_weights is None else sample_weights.sum(dtype=scores.dtype))
-        return np.asarray(total, dtype=scores.dtype), log_prob
+                total = total / (loss.size if sample_weights is None else sample_weights.sum(dtype=log_prob.dtype))
+        return np.asarray(total, dtype=log_prob.dtype)
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
         scores, labels = fwd_inputs[0], fwd_inputs[1]
         weights = fwd_inputs[2] if len(fwd_inputs) > 2 else None
         g_loss, log_prob = grads[0], fwd_outputs[1]
         labels, valid = self._safe_labels(labels)
-        sample_weights = self._sample_weights(labels, valid, weights, scores.dtype)
         # d loss_i / d scores_i = w_i * (softmax_i - onehot(label_i)), scaled by the incoming gradient.
-        coefficient = np.broadcast_to(np.asarray(g_loss, dtype=scores.dtype), labels.shape)
-        if sample_weights is not None:
-            coefficient = coefficient * sample_weights
-        denominator = None
-        if self.reduction == "mean":
-            denominator = labels.size if sample_weights is None else sample_weights.sum(dtype=scores.dtype)
-            coefficient = coefficient / denominator
-        coefficient = np.asarray(coefficient, dtype=scores.dtype)
+        coefficient, denominator = self._label_coefficients(g_loss, labels, valid, weights, scores.dtype)
         grad = np.exp(log_prob)
         grad *= coefficient[:, np.newaxis]
         at_label = np.take_along_axis(grad, labels[:, np.newaxis], axis=1)
@@ -96,6 +92,18 @@ class SoftmaxCrossEntropyLoss(ReferenceOp):
                           self._weights_gradient(g_loss, log_prob, labels, valid, weights, denominator, fwd_outputs[0]))
         return tuple(result)
 
+    def _label_coefficients(self, g_loss, labels, valid, weights, dtype):
+        """d loss / d (-log p[label]) per sample, and the mean's denominator (None unless mean)."""
+        sample_weights = self._sample_weights(labels, valid, weights, dtype)
+        coefficient = np.broadcast_to(np.asarray(g_loss, dtype=dtype), labels.shape)
+        if sample_weights is not None:
+            coefficient = coefficient * sample_weights
+        denominator = None
+        if self.reduction == "mean":
+            denominator = labels.size if sample_weights is None else sample_weights.sum(dtype=dtype)
+            coefficient = coefficient / denominator
+        return np.asarray(coefficient, dtype=dtype), denominator
+
     def _weights_gradient(self, g_loss, log_prob, labels, valid, weights, denominator, loss):
         # loss_i = w[l_i] * nll_i; mean divides by W = sum_i w[l_i], so d mean / d w_c adds -mean / W per sample of c.
         nll = -np.take_along_axis(log_prob, labels[:, np.newaxis], axis=1)[:, 0]
@@ -109,22 +117,22 @@ class SoftmaxCrossEntropyLoss(ReferenceOp):
 
     def _check(self, scores, labels, weights) -> None:
         if scores.ndim < 2:
-            raise ShapeError(f"SoftmaxCrossEntropyLoss: scores must be (N, C) or (N, C, d1, ...), got shape {scores.shape}")
+            raise ShapeError(f"{type(self).__name__}: scores must be (N, C) or (N, C, d1, ...), got shape {scores.shape}")
         if not np.issubdtype(labels.dtype, np.integer):
-            raise ShapeError(f"SoftmaxCrossEntropyLoss: labels must be integers (int64 class indices), got {labels.dtype}")
+            raise ShapeError(f"{type(self).__name__}: labels must be integers (int64 class indices), got {labels.dtype}")
         expected = (scores.shape[0],) + scores.shape[2:]
         if labels.shape != expected:
-            raise ShapeError(f"SoftmaxCrossEntropyLoss: labels of shape {labels.shape} do not match scores of shape "
+            raise ShapeError(f"{type(self).__name__}: labels of shape {labels.shape} do not match scores of shape "
                              f"{scores.shape}; expected labels of shape {expected}")
         classes = scores.shape[1]
         valid = labels if self.ignore_index is None else labels[labels != self.ignore_index]
         if valid.size and (valid.min() < 0 or valid.max() >= classes):
             bad = valid[(valid < 0) | (valid >= classes)]
-            raise ShapeError(f"SoftmaxCrossEntropyLoss: label {int(bad[0])} is out of range for scores of shape "
+            raise ShapeError(f"{type(self).__name__}: label {int(bad[0])} is out of range for scores of shape "
                              f"{scores.shape} ({classes} classes); labels must be in [0, {classes})"
                              + ("" if self.ignore_index is None else f" or equal ignore_index={self.ignore_index}"))
         if weights is not None and weights.shape != (classes,):
-            raise ShapeError(f"SoftmaxCrossEntropyLoss: weights must have shape ({classes},) for scores of shape "
+            raise ShapeError(f"{type(self).__name__}: weights must have shape ({classes},) for scores of shape "
                              f"{scores.shape}, got {weights.shape}")
 
     def _safe_labels(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -143,6 +151,36 @@ class SoftmaxCrossEntropyLoss(ReferenceOp):
         if valid is not None:
             sample = np.where(valid, sample, 0).astype(dtype, copy=False)
         return sample
+
+
+@register("NegativeLogLikelihoodLoss")
+class NegativeLogLikelihoodLoss(SoftmaxCrossEntropyLoss):
+    """ONNX NegativeLogLikelihoodLoss: like SoftmaxCrossEntropyLoss, but its input already holds
+    log-probabilities (N, C, d1, ...), so it only picks, weights and reduces ``-input[label]``.
+
+    >>> import numpy as np
+    >>> float(NegativeLogLikelihoodLoss().forward([np.log(np.full((2, 4), 0.25)), np.array([0, 3])]))
+    1.3862943611198906
+    """
+
+    def forward(self, inputs):
+        log_prob, labels = inputs[0], inputs[1]
+        weights = inputs[2] if len(inputs) > 2 else None
+        self._check(log_prob, labels, weights)
+        return self._nll(log_prob, labels, weights)
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        log_prob, labels = fwd_inputs[0], fwd_inputs[1]
+        weights = fwd_inputs[2] if len(fwd_inputs) > 2 else None
+        labels, valid = self._safe_labels(labels)
+        coefficient, denominator = self._label_coefficients(grads[0], labels, valid, weights, log_prob.dtype)
+        grad = np.zeros_like(log_prob)
+        np.put_along_axis(grad, labels[:, np.newaxis], -coefficient[:, np.newaxis], axis=1)
+        result = [grad, None]
+        if len(fwd_inputs) > 2:
+            result.append(None if weights is None else
+                          self._weights_gradient(grads[0], log_prob, labels, valid, weights, denominator, fwd_outputs[0]))
+        return tuple(result)
 
 
 @register("MeanSquaredError")

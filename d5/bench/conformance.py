@@ -1,0 +1,205 @@
+"""ONNX backend conformance: runs ONNX's own backend test cases against a backend and reports pass/fail/skip
+per case, grouped by operator.
+
+Each case runs first with d5's own operators only; a case that does not pass is run again with the
+onnx.reference fallback, so the report separates what d5 implements from what it borrows.
+
+    python -m d5.bench.conformance --output results/conformance.json --markdown results/conformance.md
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import glob
+import os
+import time
+import warnings
+from typing import Any, Iterable
+
+import numpy as np
+
+KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator")
+
+# Exclusions the issue allows, each with its reason (checked in this order).
+_TRAINING_DOMAIN = "ai.onnx.preview.training"
+_RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+_LOW_PRECISION_NAMES = ("FLOAT8", "FLOAT4")
+
+
+@dataclasses.dataclass
+class CaseResult:
+    name: str
+    kind: str
+    operators: list[str]
+    status: str  # pass | fail | excluded
+    fallback_status: str | None = None  # pass | fail for cases that failed on d5's own operators
+    reason: str = ""
+    seconds: float = 0.0
+
+
+def exclusion_reason(case_name: str, model) -> str | None:
+    """Why a case is outside the scope d5 is judged on, or None."""
+    from onnx import TensorProto
+
+    ops = {n.op_type for n in model.graph.node}
+    if any(n.domain == _TRAINING_DOMAIN for n in model.graph.node):
+        return "training operator (ai.onnx.preview.training)"
+    if ops & _RANDOM_OPS:
+        return f"random outputs ({', '.join(sorted(ops & _RANDOM_OPS))})"
+    if "Dropout" in ops and "training" in case_name and "zero_ratio" not in case_name:
+        return "random outputs (Dropout in training mode)"
+    low_precision = {v for k, v in TensorProto.DataType.items() if k.startswith(_LOW_PRECISION_NAMES)}
+    types = [vi.type.tensor_type.elem_type for vi in list(model.graph.input) + list(model.graph.output)]
+    types += [init.data_type for init in model.graph.initializer]
+    types += [a.i for n in model.graph.node for a in n.attribute if a.name in ("to", "output_dtype", "dtype")]
+    if any(t in low_precision for t in types):
+        return "float8/float4 types"
+    return None
+
+
+def _load_case(case) -> tuple[Any, list[tuple[list, list]]]:
+    import onnx
+    from onnx import numpy_helper
+
+    if case.model is not None:
+        return case.model, list(case.data_sets or [])
+    model = onnx.load(os.path.join(case.model_dir, "model.onnx"))
+    data_sets = []
+    for directory in sorted(glob.glob(os.path.join(case.model_dir, "test_data_set_*"))):
+        def read(prefix):
+            return [numpy_helper.to_array(onnx.load_tensor(path))
+                    for path in sorted(glob.glob(os.path.join(directory, f"{prefix}_*.pb")),
+                                       key=lambda p: int(p.rsplit("_", 1)[1].split(".")[0]))]
+        data_sets.append((read("input"), read("output")))
+    return model, data_sets
+
+
+def _outputs_match(expected: list, actual: Iterable, rtol: float, atol: float) -> str | None:
+    actual = list(actual)
+    if len(actual) != len(expected):
+        return f"{len(actual)} outputs, expected {len(expected)}"
+    for index, (want, got) in enumerate(zip(expected, actual)):
+        got = np.asarray(got)
+        if want.dtype != object and got.dtype != want.dtype:
+            return f"output {index}: dtype {got.dtype}, expected {want.dtype}"
+        if got.shape != want.shape:
+            return f"output {index}: shape {got.shape}, expected {want.shape}"
+        if want.dtype == object or want.dtype.kind in "USb":
+            if not np.array_equal(got, want):
+                return f"output {index}: values differ"
+        elif not np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True):
+            return f"output {index}: values differ (max abs err {np.nanmax(np.abs(got - want)):.3g})"
+    return None
+
+
+def _run(backend, model, data_sets, rtol, atol, fallback: bool) -> str | None:
+    """None when every data set matches, else a one-line reason."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rep = backend.prepare(model, "CPU", fallback=fallback)
+            for inputs, expected in data_sets:
+                problem = _outputs_match(expected, rep.run(inputs), rtol, atol)
+                if problem:
+                    return problem
+    except Exception as err:  # a conformance run records every failure, whatever raised it
+        return f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+    return None
+
+
+def run_conformance(backend=None, kinds: Iterable[str] = KINDS, patterns: Iterable[str] | None = None,
+                    progress: bool = True) -> list[CaseResult]:
+    """Run ONNX's backend test cases of ``kinds`` (optionally only names containing one of ``patterns``)."""
+    from onnx.backend.test.loader import load_model_tests
+    from tqdm import tqdm
+
+    if backend is None:
+        from d5.frameworks.reference.onnx_backend import ReferenceBackend as backend
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the case generators overflow casts on purpose
+        cases = [case for kind in kinds for case in load_model_tests(kind=kind)]
+    if patterns:
+        patterns = tuple(patterns)
+        cases = [case for case in cases if any(p in case.name for p in patterns)]
+    results = []
+    for case in tqdm(cases, desc="ONNX conformance", disable=not progress):
+        start = time.perf_counter()
+        model, data_sets = _load_case(case)
+        operators = sorted({n.op_type for n in model.graph.node})
+        reason = exclusion_reason(case.name, model)
+        if reason:
+            results.append(CaseResult(case.name, case.kind, operators, "excluded", reason=reason))
+            continue
+        problem = _run(backend, model, data_sets, case.rtol, case.atol, fallback=False)
+        result = CaseResult(case.name, case.kind, operators, "pass" if problem is None else "fail", reason=problem or "")
+        if problem is not None:
+            result.fallback_status = "pass" if _run(backend, model, data_sets, case.rtol, case.atol, True) is None else "fail"
+        result.seconds = time.perf_counter() - start
+        results.append(result)
+    return results
+
+
+def summarize_results(results: list[CaseResult]) -> dict:
+    """Pass rates per kind: own operators, with fallback, and the excluded count."""
+    summary = {}
+    for kind in sorted({r.kind for r in results}):
+        mine = [r for r in results if r.kind == kind]
+        judged = [r for r in mine if r.status != "excluded"]
+        own = sum(r.status == "pass" for r in judged)
+        with_fallback = own + sum(r.fallback_status == "pass" for r in judged)
+        summary[kind] = {"cases": len(mine), "excluded": len(mine) - len(judged), "judged": len(judged),
+                         "pass_own": own, "pass_with_fallback": with_fallback,
+                         "rate_own": own / len(judged) if judged else 0.0,
+                         "rate_with_fallback": with_fallback / len(judged) if judged else 0.0}
+    return summary
+
+
+def markdown_report(results: list[CaseResult]) -> str:
+    """Summary table, per-operator table, and the excluded cases with their reasons."""
+    from d5.bench.report import markdown_table
+
+    summary = summarize_results(results)
+    lines = ["# ONNX backend conformance of the d5 reference framework", "",
+             markdown_table([{"kind": k, **{key: (f"{v:.1%}" if key.startswith("rate") else v) for key, v in s.items()}}
+                             for k, s in summary.items()]), ""]
+    by_op: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for r in results:
+        if r.kind == "node":
+            for op in r.operators[:1] or ["(none)"]:
+                by_op[op][r.status if r.status != "fail" or r.fallback_status != "pass" else "fallback"] += 1
+    lines += ["## Node cases by operator", "",
+              markdown_table([{"operator": op, "pass": c["pass"], "fallback only": c["fallback"], "fail": c["fail"],
+                               "excluded": c["excluded"]} for op, c in sorted(by_op.items())]), ""]
+    not_passing = [r for r in results if r.status != "pass"]
+    lines += ["## Failing and excluded cases", "",
+              "(none)" if not not_passing else markdown_table([{"case": r.name, "kind": r.kind, "status": r.status, "fallback": r.fallback_status or "",
+                               "reason": r.reason} for r in not_passing]), ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from d5.bench.results import write_result
+    from d5.io_utils import atomic_write
+
+    parser = argparse.ArgumentParser(description="Run ONNX's backend test suite against d5's reference framework.")
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--pattern", nargs="+", help="only cases whose name contains one of these")
+    parser.add_argument("--output", default="results/conformance.json")
+    parser.add_argument("--markdown", default="results/conformance.md")
+    args = parser.parse_args(argv)
+    results = run_conformance(kinds=args.kinds, patterns=args.pattern)
+    summary = summarize_results(results)
+    write_result(args.output, "onnx_conformance", summary, extra={"cases": [dataclasses.asdict(r) for r in results]})
+    with atomic_write(args.markdown) as handle:
+        handle.write(markdown_report(results))
+    for kind, s in summary.items():
+        print(f"{kind}: {s['pass_own']}/{s['judged']} pass with d5's own operators ({s['rate_own']:.1%}), "
+              f"{s['pass_with_fallback']}/{s['judged']} with the onnx.reference fallback "
+              f"({s['rate_with_fallback']:.1%}); {s['excluded']} excluded")
+    print(f"wrote {args.output} and {args.markdown}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

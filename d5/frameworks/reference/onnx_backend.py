@@ -1,0 +1,74 @@
+"""The reference framework as an ``onnx.backend.base.Backend``, so ONNX's own backend test suite can judge it.
+
+>>> import numpy as np, onnx
+>>> from onnx import helper, TensorProto
+>>> node = helper.make_node("Relu", ["x"], ["y"])
+>>> graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+...                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+>>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+>>> ReferenceBackend.run_model(model, [np.array([-1.0, 2.0], np.float32)])[0]
+array([0., 2.], dtype=float32)
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import onnx.backend.base
+
+from d5.errors import D5Error
+
+
+class ReferenceBackendRep(onnx.backend.base.BackendRep):
+    """A prepared model: the imported network on a reference executor."""
+
+    def __init__(self, executor, input_names: list[str], output_names: list[str]) -> None:
+        self.executor = executor
+        self.input_names = input_names
+        self.output_names = output_names
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        if isinstance(inputs, dict):
+            feeds = dict(inputs)
+        else:
+            if isinstance(inputs, np.ndarray):
+                inputs = [inputs]
+            feeds = dict(zip(self.input_names, inputs))
+        outputs = self.executor.inference(feeds)
+        missing = [name for name in self.output_names if name not in outputs]
+        if missing:
+            raise D5Error(f"outputs {missing} could not be computed from the inputs given ({sorted(feeds)})")
+        return tuple(outputs[name] for name in self.output_names)
+
+
+class ReferenceBackend(onnx.backend.base.Backend):
+    """Runs ONNX models with d5's reference framework. ``fallback=True`` (a prepare/run keyword) lets
+    operators d5 does not implement run on onnx.reference, with a warning naming them."""
+
+    @classmethod
+    def prepare(cls, model, device: str = "CPU", **kwargs: Any) -> ReferenceBackendRep:
+        from d5.frameworks.reference import from_model
+        from d5.network.graph import Network
+
+        network = Network.from_onnx(model)
+        executor = from_model(network, fallback=bool(kwargs.get("fallback", False)))
+        return ReferenceBackendRep(executor, list(network.inputs), list(network.outputs))
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return device.upper().startswith("CPU")
+
+    @classmethod
+    def run_node(cls, node, inputs: Sequence[Any], device: str = "CPU", outputs_info=None, **kwargs: Any):
+        """Run one NodeProto by wrapping it in a model (inputs typed from the given arrays)."""
+        from onnx import helper
+
+        arrays = [np.asarray(x) for x in inputs]
+        graph_inputs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                        for name, a in zip(node.input, arrays) if name]
+        graph_outputs = [helper.make_empty_tensor_value_info(name) for name in node.output if name]
+        graph = helper.make_graph([node], "node", graph_inputs, graph_outputs)
+        opset = kwargs.pop("opset_version", None) or onnx.defs.onnx_opset_version()
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid(node.domain or "", opset)])
+        feeds = [a for name, a in zip(node.input, arrays) if name]
+        return cls.run_model(model, feeds, device, **kwargs)

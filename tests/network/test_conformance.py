@@ -1,0 +1,33 @@
+"""A fast, representative subset of ONNX's backend test suite, run on the reference framework.
+
+`make conformance` runs all of it and writes the report; here the operators of the foundation set must
+pass with d5's own kernels.
+"""
+import pytest
+
+from d5.bench.conformance import markdown_report, run_conformance, summarize_results
+
+FOUNDATION_CASES = ("test_relu", "test_sigmoid", "test_tanh", "test_gemm_", "test_matmul_2d", "test_conv_with_strides",
+                    "test_basic_conv_", "test_maxpool_2d_default", "test_averagepool_2d_default", "test_globalaveragepool",
+                    "test_batchnorm_epsilon", "test_softmax_axis", "test_logsoftmax_axis", "test_add_bcast", "test_sub_bcast",
+                    "test_mul_bcast", "test_div_bcast", "test_flatten_axis", "test_reshape_reordered", "test_concat_2d",
+                    "test_sce_mean", "test_leakyrelu", "test_exp", "test_log", "test_sqrt")
+
+
+@pytest.fixture(scope="module")
+def results():
+    return run_conformance(kinds=("node",), patterns=FOUNDATION_CASES, progress=False)
+
+
+def test_foundation_operators_pass_onnx_node_cases(results):
+    judged = [r for r in results if r.status != "excluded"]
+    assert len(judged) >= 60
+    failures = [f"{r.name}: {r.reason}" for r in judged if r.status != "pass"]
+    assert not failures, "\n".join(failures)
+
+
+def test_report_groups_by_operator_and_summarizes(results):
+    summary = summarize_results(results)["node"]
+    assert summary["pass_own"] == summary["judged"] and summary["rate_own"] == 1.0
+    report = markdown_report(results)
+    assert "| Relu" in report and "Node cases by operator" in report
