@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.d5-installed
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 PYTEST_ARGS ?=
 
-.PHONY: demo test install data bench clean
+.PHONY: demo test install data bench conformance clean
 
 # ONE pip resolve with every extra, constrained (numpy<2 for MXNet, the on-disk CPU torch): a second,
 # separate `pip install` could upgrade numpy and break MXNet. Re-run when the packaging or C++ changes
@@ -36,6 +36,10 @@ demo: $(STAMP) data
 
 test: $(STAMP) data
 	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
+
+# ONNX's own backend test suite on the reference framework: per-case report + summary line.
+conformance: $(STAMP)
+	$(PY) -m d5.bench.conformance --output results/conformance.json --markdown results/conformance.md
 
 bench: $(STAMP) data
 	$(PY) benchmarks/lenet_epoch.py

@@ -63,7 +63,10 @@ def _load_case(case) -> tuple[Any, list[tuple[list, list]]]:
     from onnx import numpy_helper
 
     if case.model is not None:
-        return case.model, list(case.data_sets or [])
+        # In-memory cases hold arrays, or TensorProtos where numpy has no dtype (float16 tests, bfloat16...).
+        def as_arrays(values):
+            return [numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v for v in values]
+        return case.model, [(as_arrays(i), as_arrays(o)) for i, o in case.data_sets or []]
     model = onnx.load(os.path.join(case.model_dir, "model.onnx"))
     data_sets = []
     for directory in sorted(glob.glob(os.path.join(case.model_dir, "test_data_set_*"))):
@@ -89,7 +92,8 @@ def _outputs_match(expected: list, actual: Iterable, rtol: float, atol: float) -
             if not np.array_equal(got, want):
                 return f"output {index}: values differ"
         elif not np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True):
-            return f"output {index}: values differ (max abs err {np.nanmax(np.abs(got - want)):.3g})"
+            error = np.nanmax(np.abs(got.astype(np.float64) - want.astype(np.float64)))
+            return f"output {index}: values differ (max abs err {error:.3g})"
     return None
 
 

@@ -48,6 +48,10 @@ class CustomOp(abc.ABC):
     #: and return None for those inputs.
     input_grad_required: tuple[bool, ...] | None = None
 
+    #: Set by executors when building the operator for a graph node: how many outputs the node names.
+    #: ONNX lets a few operators infer from it what their attributes leave open (Split into equal pieces).
+    node_output_count: int | None = None
+
     def __init__(self) -> None:
         self.training = False
 

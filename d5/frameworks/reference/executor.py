@@ -51,6 +51,8 @@ class ReferenceGraphExecutor(GraphExecutor):
         self._fallback_ops: list[str] = []
         self._steps = [_Step(node, self._make_op(node, fallback), _trim_optional(node.inputs))
                        for node in self.network.topological_order()]
+        for step in self._steps:
+            step.op.node_output_count = len(step.node.outputs)
         if self._fallback_ops:
             warnings.warn(f"d5 reference framework: operators {sorted(set(self._fallback_ops))} are not implemented by "
                           "d5 and run on onnx.reference (inference only, no gradient)", FallbackWarning, stacklevel=3)

@@ -16,3 +16,6 @@ from d5.frameworks.reference.operators import (  # noqa: F401
     shape_ops,
     tensor_ops,
 )
+from d5.frameworks.reference.operators import image_ops, misc_ops  # noqa: F401,E402
+from d5.frameworks.reference.operators import attention, rms_rotary  # noqa: F401,E402
+from d5.frameworks.reference.operators import integer_ops, quantization  # noqa: F401,E402

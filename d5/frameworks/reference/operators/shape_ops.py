@@ -286,8 +286,8 @@ class Split(ReferenceOp):
     """Split along ``axis`` into pieces of the lengths in ``split`` (input from opset 13, attribute before),
     or into ``num_outputs`` pieces (opset 18: all of length ceil(dim / n) but the last).
 
-    ONNX also allows neither, meaning "as many equal pieces as the node has outputs"; an operator does not
-    see its node, so whoever builds it passes ``num_outputs=len(node.outputs)`` then.
+    ONNX also allows neither, meaning "as many equal pieces as the node has outputs": executors tell the
+    operator that count in ``node_output_count``.
     """
 
     def __init__(self, axis: int = 0, split: Sequence[int] | None = None, num_outputs: int | None = None) -> None:
@@ -302,11 +302,12 @@ class Split(ReferenceOp):
         lengths = int_list(_optional(inputs, 1))
         lengths = self.split if lengths is None else lengths
         if lengths is None:
-            if not self.num_outputs or self.num_outputs < 1:
+            pieces = self.num_outputs or self.node_output_count
+            if not pieces or pieces < 1:
                 raise ShapeError("Split: give the piece lengths ('split' input or attribute) or num_outputs "
                                  "(the number of outputs of the node)")
-            chunk = -(-dim // self.num_outputs)
-            lengths = [min(chunk, max(dim - k * chunk, 0)) for k in range(self.num_outputs)]
+            chunk = -(-dim // pieces)
+            lengths = [min(chunk, max(dim - k * chunk, 0)) for k in range(pieces)]
         if sum(lengths) != dim or any(n < 0 for n in lengths):
             raise ShapeError(f"Split: lengths {lengths} must be non-negative and sum to the axis length {dim}")
         return axis, lengths

@@ -1,0 +1,218 @@
+"""Reference Attention (ONNX opset 23-25 semantics): scaled dot-product attention with MHA/GQA/MQA heads,
+boolean or additive masks, causal masking, an internal KV cache, softcap and the qk_matmul debug output.
+
+Computed in float32 (float64 for float64 inputs) and cast back to Q's dtype, so float16/bfloat16 models run
+at the precision ONNX's reference gets. Forward only: the operator has no gradient in d5.
+
+>>> import numpy as np
+>>> q = np.ones((1, 1, 2, 4), np.float32)
+>>> v = np.arange(8, dtype=np.float32).reshape(1, 1, 2, 4)
+>>> y, *_ = Attention(is_causal=1).forward([q, q, v])
+>>> y[0, 0].tolist()                     # query 0 sees key 0 only; query 1 averages both keys
+[[0.0, 1.0, 2.0, 3.0], [2.0, 3.0, 4.0, 5.0]]
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.frameworks.reference.operators.registry import ReferenceOp, register
+
+# qk_matmul_output_mode values: what the fourth output holds.
+_QK_RAW, _QK_SOFTCAPPED, _QK_WITH_BIAS, _QK_SOFTMAX = 0, 1, 2, 3
+
+
+def _compute_dtype(array: np.ndarray) -> np.dtype:
+    # float64 stays float64 and float16 widens to float32. bfloat16 (an ml_dtypes extension type, kind 'V')
+    # computes natively: its 8-bit mantissa rounds each step, and ONNX's tests expect exactly that rounding
+    # (their tolerance is below bfloat16's resolution).
+    if array.dtype == np.float64 or array.dtype.kind == "V":
+        return array.dtype
+    return np.dtype(np.float32)
+
+
+def _split_heads(x: np.ndarray, num_heads: int | None, name: str) -> np.ndarray:
+    """(batch, seq, heads * size) -> (batch, heads, seq, size)."""
+    if not num_heads:
+        raise ShapeError(f"Attention: 3-D inputs need the q_num_heads and kv_num_heads attributes (to split "
+                         f"the hidden size of {name} into heads)")
+    batch, seq, hidden = x.shape
+    if hidden % num_heads:
+        raise ShapeError(f"Attention: the hidden size {hidden} of {name} is not divisible by {num_heads} heads")
+    return x.reshape(batch, seq, num_heads, hidden // num_heads).transpose(0, 2, 1, 3)
+
+
+def _allowed_window(q_len: int, kv_len: int, offset, causal: bool, left: int, right: int) -> np.ndarray | None:
+    """Boolean (q, kv) -- or (batch, 1, q, kv) for a per-batch offset -- of keys each query may attend under
+    causal and sliding-window masking, or None when neither applies. Query i sits at absolute position
+    ``i + offset`` (bottom-right alignment: offset = keys that precede the query block)."""
+    if not causal and left < 0 and right < 0:
+        return None
+    rows = np.arange(q_len).reshape(q_len, 1)
+    cols = np.arange(kv_len).reshape(1, kv_len)
+    offset = np.asarray(offset).reshape(-1, 1, 1, 1) if np.ndim(offset) else int(offset)
+    distance = rows + offset - cols  # how far key j lies behind query i
+    allowed = np.ones(np.shape(distance), dtype=bool)
+    if causal:
+        allowed &= distance >= 0
+    if left >= 0:
+        allowed &= distance <= left
+    if right >= 0:
+        allowed &= -distance <= right
+    return allowed
+
+
+@register("Attention")
+class Attention(ReferenceOp):
+    """ONNX Attention: ``softmax(softcap(Q K^T * scale) + bias) V`` for 3-D (batch, seq, hidden) or 4-D
+    (batch, heads, seq, head_size) inputs.
+
+    Inputs ``Q, K, V[, attn_mask, past_key, past_value, nonpad_kv_seqlen]``; outputs ``Y, present_key,
+    present_value, qk_matmul_output``. K/V heads are repeated for grouped-query attention; ``past_key`` /
+    ``past_value`` are concatenated in front of K/V (and shift the causal frontier); a boolean mask marks the
+    keys to attend, a float mask is added to the scores; a query row with no key to attend yields zeros.
+
+    >>> import numpy as np
+    >>> q = np.zeros((2, 3, 8), np.float32)                    # 3-D: 4 query heads of size 2
+    >>> kv = np.ones((2, 5, 4), np.float32)                    # 2 key/value heads (GQA)
+    >>> y, present_k, present_v, _ = Attention(q_num_heads=4, kv_num_heads=2).forward([q, kv, kv])
+    >>> y.shape, present_k.shape
+    ((2, 3, 8), (2, 2, 5, 2))
+    """
+
+    differentiable = False
+
+    def __init__(self, is_causal: int = 0, kv_num_heads: int = 0, q_num_heads: int = 0,
+                 qk_matmul_output_mode: int = 0, scale: float | None = None, softcap: float = 0.0,
+                 softmax_precision: int | None = None, left_window_size: int = -1,
+                 right_window_size: int = -1) -> None:
+        super().__init__()
+        self.is_causal = bool(is_causal)
+        self.kv_num_heads = int(kv_num_heads)
+        self.q_num_heads = int(q_num_heads)
+        self.qk_mode = int(qk_matmul_output_mode)
+        if self.qk_mode not in (_QK_RAW, _QK_SOFTCAPPED, _QK_WITH_BIAS, _QK_SOFTMAX):
+            raise ShapeError(f"Attention: qk_matmul_output_mode must be 0, 1, 2 or 3, got {qk_matmul_output_mode}")
+        self.scale = None if scale is None else float(scale)
+        self.softcap = float(softcap)
+        # softmax_precision only asks for at least the input's precision; d5 always computes the softmax in
+        # float32 or wider, which meets every float request but float64.
+        self.softmax_precision = softmax_precision
+        self.left_window_size = int(left_window_size)
+        self.right_window_size = int(right_window_size)
+        if self.left_window_size < -1 or self.right_window_size < -1:
+            raise ShapeError("Attention: left_window_size and right_window_size must be -1 (unbounded) or >= 0, "
+                             f"got {left_window_size} and {right_window_size}")
+
+    def forward(self, inputs):
+        q, k, v, mask, past_key, past_value, nonpad = (list(inputs) + [None] * 7)[:7]
+        if q is None or k is None or v is None:
+            raise ShapeError("Attention: inputs Q, K and V are required")
+        if (past_key is None) != (past_value is None):
+            raise ShapeError("Attention: past_key and past_value must be given together (or neither)")
+        if nonpad is not None and past_key is not None:
+            raise ShapeError("Attention: nonpad_kv_seqlen (external KV cache) cannot be combined with past_key/"
+                             "past_value (internal cache); use one of the two")
+        q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+        out_dtype = q.dtype
+        dtype = _compute_dtype(q)
+        if self.softmax_precision is not None and int(self.softmax_precision) == 11:
+            dtype = np.dtype(np.float64)
+        three_d = q.ndim == 3
+        if not (q.ndim == k.ndim == v.ndim and q.ndim in (3, 4)):
+            raise ShapeError(f"Attention: Q, K and V must all be 3-D or all 4-D, got shapes {q.shape}, {k.shape}, "
+                             f"{v.shape}")
+        if three_d:
+            q = _split_heads(q, self.q_num_heads, "Q")
+            k = _split_heads(k, self.kv_num_heads, "K")
+            v = _split_heads(v, self.kv_num_heads, "V")
+        if past_key is not None:
+            k = np.concatenate([np.asarray(past_key).astype(k.dtype, copy=False), k], axis=2)
+            v = np.concatenate([np.asarray(past_value).astype(v.dtype, copy=False), v], axis=2)
+        present_key, present_value = k, v
+        q_heads, kv_heads = q.shape[1], k.shape[1]
+        if q_heads != kv_heads:
+            if kv_heads == 0 or q_heads % kv_heads or v.shape[1] != kv_heads:
+                raise ShapeError(f"Attention: {q_heads} query heads cannot be grouped over {kv_heads} key and "
+                                 f"{v.shape[1]} value heads (q_num_heads must be a multiple of kv_num_heads)")
+            # Grouped-query attention: query head h uses key/value head h // group.
+            k = np.repeat(k, q_heads // kv_heads, axis=1)
+            v = np.repeat(v, q_heads // kv_heads, axis=1)
+
+        scale = self.scale if self.scale is not None else 1.0 / np.sqrt(q.shape[3])
+        # ONNX scales Q and K by sqrt(scale) each before the matmul (keeps float16 from overflowing).
+        root = np.sqrt(scale).astype(dtype) if isinstance(scale, np.ndarray) else dtype.type(np.sqrt(scale))
+        # numpy's matmul promotes bfloat16 to float32: round back so every step keeps the compute dtype.
+        scores = np.matmul(q.astype(dtype) * root, np.swapaxes(k.astype(dtype) * root, -1, -2)).astype(dtype)
+        raw_scores = scores
+        if self.softcap > 0:
+            scores = self.softcap * np.tanh(scores / self.softcap)
+        bias = self._bias(mask, q.shape[2], k.shape[2], past_key, nonpad, q.shape[0], dtype)
+        with np.errstate(invalid="ignore"):
+            biased = scores + bias
+        probabilities = self._softmax(biased, bias)
+        y = np.matmul(probabilities, v.astype(dtype)).astype(dtype)
+        if three_d:
+            y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
+        debug = {_QK_RAW: raw_scores, _QK_SOFTCAPPED: scores, _QK_WITH_BIAS: biased,
+                 _QK_SOFTMAX: probabilities}[self.qk_mode]
+        return (y.astype(out_dtype), present_key, present_value, debug.astype(out_dtype))
+
+    # -- helpers ----------------------------------------------------------------------------------------
+
+    def _bias(self, mask, q_len: int, kv_len: int, past_key, nonpad, batch: int, dtype) -> np.ndarray:
+        """Additive bias (0 or -inf, plus a float mask), broadcastable to (batch, heads, q, kv)."""
+        bias = np.zeros((q_len, kv_len), dtype)
+        if mask is not None:
+            mask = np.asarray(mask)
+            if mask.shape[-1] > kv_len:
+                raise ShapeError(f"Attention: attn_mask covers {mask.shape[-1]} keys but there are only {kv_len}")
+            if mask.dtype == np.bool_:
+                mask = np.where(mask, dtype.type(0), dtype.type(-np.inf))
+            elif not np.issubdtype(mask.dtype, np.floating) and mask.dtype.kind != "V":
+                raise ShapeError(f"Attention: attn_mask must be bool or float, got {mask.dtype}")
+            mask = mask.astype(dtype)
+            if mask.shape[-1] < kv_len:
+                # A mask shorter than the keys (external cache) leaves the keys past its end out of attention.
+                pad = [(0, 0)] * (mask.ndim - 1) + [(0, kv_len - mask.shape[-1])]
+                mask = np.pad(mask, pad, constant_values=-np.inf)
+            bias = bias + mask
+        if past_key is not None:
+            offset = np.asarray(past_key).shape[2]
+        elif nonpad is not None:
+            offset = np.asarray(nonpad).reshape(-1).astype(np.int64) - q_len
+        else:
+            offset = 0
+        allowed = _allowed_window(q_len, kv_len, offset, self.is_causal, self.left_window_size,
+                                  self.right_window_size)
+        if allowed is not None:
+            bias = bias + np.where(allowed, dtype.type(0), dtype.type(-np.inf))
+        if nonpad is not None:
+            lengths = np.asarray(nonpad).reshape(-1).astype(np.int64)
+            if lengths.shape[0] != batch:
+                raise ShapeError(f"Attention: nonpad_kv_seqlen must have one length per batch item ({batch}), "
+                                 f"got shape {np.shape(nonpad)}")
+            valid = np.arange(kv_len).reshape(1, 1, 1, kv_len) < lengths.reshape(-1, 1, 1, 1)
+            bias = bias + np.where(valid, dtype.type(0), dtype.type(-np.inf))
+        return bias
+
+    @staticmethod
+    def _softmax(scores: np.ndarray, bias: np.ndarray) -> np.ndarray:
+        # A query row whose bias is -inf everywhere attends nothing: ONNX defines its probabilities (and so its
+        # output row) as zeros rather than the NaN a plain softmax gives. Decided on the bias, not the scores.
+        fully_masked = np.isneginf(np.max(bias, axis=-1, keepdims=True))
+        peak = np.max(scores, axis=-1, keepdims=True)
+        zero, one = scores.dtype.type(0), scores.dtype.type(1)  # typed scalars: no promotion of bfloat16
+        peak = np.where(np.isfinite(peak), peak, zero)
+        with np.errstate(invalid="ignore", over="ignore"):
+            exp = np.exp(scores - peak)
+            total = exp.sum(axis=-1, keepdims=True)
+            probabilities = exp / np.where(total == zero, one, total)
+        return np.where(fully_masked, zero, probabilities)
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        raise UnsupportedOperatorError("Attention has no gradient in d5 (forward only); train through the "
+                                       "equivalent MatMul/Softmax subgraph instead")
+
+
+__all__ = ["Attention"]

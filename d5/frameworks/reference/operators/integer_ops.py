@@ -1,0 +1,293 @@
+"""Reference integer, bit-level, set and box operators (ONNX semantics).
+
+BitShift, BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot, BitCast, Unique, NonZero, NonMaxSuppression
+(no gradient: integer or index outputs) and Det, Shrink (differentiable).
+
+>>> import numpy as np
+>>> from d5.frameworks.reference.operators import create_operator
+>>> create_operator("BitShift", {"direction": "LEFT"}).forward([np.array([1, 2], np.uint8), np.array([1, 3], np.uint8)])
+array([ 2, 16], dtype=uint8)
+>>> create_operator("NonZero", {}).forward([np.array([[1, 0], [0, 3]])])
+array([[0, 1],
+       [0, 1]])
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.frameworks.reference.operators.elementwise import broadcast_error, ensure_array
+from d5.frameworks.reference.operators.registry import ReferenceOp, register
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class _NoGradient(ReferenceOp):
+    """Operators whose outputs are integers, bits or indices: d5 defines no gradient for them."""
+
+    differentiable = False
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        raise UnsupportedOperatorError(f"{type(self).__name__} has no gradient in d5 (its outputs are discrete)")
+
+
+def _require_integer(op_name: str, *arrays: np.ndarray) -> None:
+    for array in arrays:
+        if array.dtype.kind not in "iu":
+            raise ShapeError(f"{op_name} takes integer tensors, got {array.dtype}; Cast to an integer type first")
+
+
+# ------------------------------------------------------------------------------------------- bitwise
+
+@register("BitShift")
+class BitShift(_NoGradient):
+    """``X << Y`` (direction ``LEFT``) or ``X >> Y`` (``RIGHT``) elementwise, with broadcasting.
+
+    Shifts outside ``[0, bit width)`` give 0 (or -1 for a right shift of a negative signed value), and left
+    shifts of signed values wrap, as two's complement hardware does (numpy's << on signed would not).
+
+    >>> BitShift(direction="RIGHT").forward([np.array([16, -16], np.int8), np.array([2, 9], np.int8)])
+    array([ 4, -1], dtype=int8)
+    """
+
+    def __init__(self, direction: str = "") -> None:
+        super().__init__()
+        self.direction = _text(direction).upper()
+        if self.direction not in ("LEFT", "RIGHT"):
+            raise ShapeError(f"BitShift: direction must be 'LEFT' or 'RIGHT', got {direction!r}")
+
+    def forward(self, inputs):
+        x, shift = inputs[0], inputs[1]
+        _require_integer("BitShift", x, shift)
+        try:
+            x, shift = np.broadcast_arrays(x, shift)
+        except ValueError:
+            raise broadcast_error("BitShift", inputs[0], inputs[1]) from None
+        width = x.dtype.itemsize * 8
+        valid = (shift >= 0) & (shift < width)
+        safe_shift = np.where(valid, shift, 0).astype(np.uint64 if x.dtype.kind == "u" else np.int64)
+        if self.direction == "RIGHT":
+            shifted = np.right_shift(x, safe_shift.astype(x.dtype))
+            overflow = np.where(x < 0, -1, 0).astype(x.dtype) if x.dtype.kind == "i" else np.zeros_like(x)
+        else:
+            unsigned = x.view(np.dtype(f"u{x.dtype.itemsize}"))
+            shifted = np.left_shift(unsigned, safe_shift.astype(unsigned.dtype)).view(x.dtype)
+            overflow = np.zeros_like(x)
+        return ensure_array(np.where(valid, shifted, overflow).astype(x.dtype))
+
+
+class _Bitwise(_NoGradient):
+    function: Callable = None
+
+    def forward(self, inputs):
+        _require_integer(type(self).__name__, *inputs)
+        try:
+            return ensure_array(type(self).function(*inputs))
+        except ValueError:
+            raise broadcast_error(type(self).__name__, *inputs) from None
+
+
+def _bitwise(op_type: str, function: Callable, doc: str) -> type:
+    cls = type(op_type, (_Bitwise,), {"function": staticmethod(function), "__doc__": doc})
+    cls.__module__ = __name__
+    return register(op_type)(cls)
+
+
+BitwiseAnd = _bitwise("BitwiseAnd", np.bitwise_and, "``A & B`` on integer tensors, with broadcasting.")
+BitwiseOr = _bitwise("BitwiseOr", np.bitwise_or, "``A | B`` on integer tensors, with broadcasting.")
+BitwiseXor = _bitwise("BitwiseXor", np.bitwise_xor, "``A ^ B`` on integer tensors, with broadcasting.")
+BitwiseNot = _bitwise("BitwiseNot", np.invert, "``~X`` on integer tensors.")
+
+
+@register("BitCast")
+class BitCast(_NoGradient):
+    """Reinterpret the bits of ``X`` as the ONNX type ``to`` (same width; no value conversion).
+
+    >>> from onnx import TensorProto
+    >>> BitCast(to=TensorProto.INT32).forward([np.array([1.0], np.float32)])
+    array([1065353216], dtype=int32)
+    """
+
+    def __init__(self, to: int = 0) -> None:
+        super().__init__()
+        self.to = int(to)
+
+    def forward(self, inputs):
+        from onnx import TensorProto, helper
+
+        x = np.asarray(inputs[0])
+        if self.to == TensorProto.STRING or x.dtype.kind in "OUS":
+            raise UnsupportedOperatorError("BitCast: strings have no fixed bit width; use Cast instead")
+        target = np.dtype(helper.tensor_dtype_to_np_dtype(self.to))
+        if target.itemsize != x.dtype.itemsize:
+            raise ShapeError(f"BitCast: {x.dtype} ({x.dtype.itemsize * 8} bits) and {target} "
+                             f"({target.itemsize * 8} bits) differ in width; BitCast needs equal widths")
+        return ensure_array(np.array(x, order="C", copy=True).view(target))
+
+
+# ---------------------------------------------------------------------------------------- set / index
+
+@register("NonZero")
+class NonZero(_NoGradient):
+    """Indices of the non-zero elements, shape (rank, count), int64 (a 0-d input counts as rank 1)."""
+
+    def forward(self, inputs):
+        x = np.asarray(inputs[0])
+        return np.array(np.nonzero(np.atleast_1d(x) if x.ndim == 0 else x), dtype=np.int64)
+
+
+@register("Unique")
+class Unique(_NoGradient):
+    """Unique elements (or slices along ``axis``) with first-occurrence indices, inverse indices and counts.
+
+    ``sorted=0`` keeps the order of first occurrence, as ONNX asks.
+
+    >>> y, first, inverse, counts = Unique(sorted=0).forward([np.array([2, 1, 1, 3, 4, 3])])
+    >>> y.tolist(), first.tolist(), inverse.tolist(), counts.tolist()
+    ([2, 1, 3, 4], [0, 1, 3, 4], [0, 1, 1, 2, 3, 2], [1, 2, 2, 1])
+    """
+
+    def __init__(self, axis: int | None = None, sorted: int = 1) -> None:  # noqa: A002 (ONNX name)
+        super().__init__()
+        self.axis = None if axis is None else int(axis)
+        self.sorted = bool(sorted)
+
+    def forward(self, inputs):
+        x = np.asarray(inputs[0])
+        axis = self.axis
+        if axis is not None:
+            if not -x.ndim <= axis < x.ndim:
+                raise ShapeError(f"Unique: axis {axis} out of range for a rank-{x.ndim} input")
+            axis %= x.ndim
+        values, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True,
+                                                   return_counts=True, axis=axis)
+        inverse = inverse.reshape(-1)
+        if not self.sorted:
+            # Reorder from sorted order to order of first appearance, and renumber the inverse accordingly.
+            order = np.argsort(first, kind="stable")
+            rank = np.empty_like(order)
+            rank[order] = np.arange(order.size)
+            values = np.take(values, order, axis=0 if axis is None else axis)
+            first, counts, inverse = first[order], counts[order], rank[inverse]
+        as_int64 = lambda a: np.asarray(a, dtype=np.int64)  # noqa: E731
+        return values, as_int64(first), as_int64(inverse), as_int64(counts)
+
+
+@register("NonMaxSuppression")
+class NonMaxSuppression(_NoGradient):
+    """Greedy per-batch, per-class box selection: keep the best-scoring box, drop those overlapping it by
+    more than ``iou_threshold``, repeat. Output rows are ``[batch, class, box]`` (int64).
+
+    Inputs: boxes (B, N, 4), scores (B, C, N), optional max_output_boxes_per_class, iou_threshold and
+    score_threshold scalars. ``center_point_box=1`` reads boxes as ``[x_center, y_center, w, h]``.
+
+    >>> boxes = np.array([[[0, 0, 1, 1], [0, 0.1, 1, 1.1], [0, 5, 1, 6]]], np.float32)
+    >>> NonMaxSuppression().forward([boxes, np.array([[[0.9, 0.8, 0.7]]], np.float32), np.array([3]),
+    ...                              np.array([0.5], np.float32)]).tolist()
+    [[0, 0, 0], [0, 0, 2]]
+    """
+
+    def __init__(self, center_point_box: int = 0) -> None:
+        super().__init__()
+        self.center_point_box = int(center_point_box)
+
+    def _corners(self, boxes: np.ndarray) -> np.ndarray:
+        """(…, 4) boxes as ``[y1, x1, y2, x2]`` with y1 <= y2 and x1 <= x2 (corners may come flipped)."""
+        boxes = boxes.astype(np.float64)
+        if self.center_point_box:
+            xc, yc, w, h = np.moveaxis(boxes, -1, 0)
+            return np.stack([yc - h / 2, xc - w / 2, yc + h / 2, xc + w / 2], axis=-1)
+        y1, x1, y2, x2 = np.moveaxis(boxes, -1, 0)
+        return np.stack([np.minimum(y1, y2), np.minimum(x1, x2), np.maximum(y1, y2), np.maximum(x1, x2)], axis=-1)
+
+    @staticmethod
+    def _iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
+        height = np.clip(np.minimum(box[2], others[:, 2]) - np.maximum(box[0], others[:, 0]), 0, None)
+        width = np.clip(np.minimum(box[3], others[:, 3]) - np.maximum(box[1], others[:, 1]), 0, None)
+        intersection = height * width
+        area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])  # noqa: E731
+        union = area(box) + area(others) - intersection
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(union > 0, intersection / union, 0.0)
+
+    def forward(self, inputs):
+        inputs = list(inputs) + [None] * (5 - len(inputs))
+        boxes, scores, max_boxes, iou_threshold, score_threshold = inputs[:5]
+        if boxes.ndim != 3 or boxes.shape[-1] != 4 or scores.ndim != 3 or scores.shape[::2] != boxes.shape[:2]:
+            raise ShapeError(f"NonMaxSuppression: boxes must be (B, N, 4) and scores (B, C, N), got "
+                             f"{boxes.shape} and {scores.shape}")
+        max_boxes = 0 if max_boxes is None or np.size(max_boxes) == 0 else int(np.asarray(max_boxes).reshape(-1)[0])
+        iou_limit = 0.0 if iou_threshold is None or np.size(iou_threshold) == 0 else float(np.asarray(iou_threshold).reshape(-1)[0])
+        score_limit = None if score_threshold is None or np.size(score_threshold) == 0 else float(np.asarray(score_threshold).reshape(-1)[0])
+        corners = self._corners(boxes)
+        selected = []
+        for batch in range(scores.shape[0]):
+            for cls in range(scores.shape[1]):
+                if max_boxes <= 0:
+                    continue
+                class_scores = scores[batch, cls].astype(np.float64)
+                candidates = np.argsort(-class_scores, kind="stable")
+                if score_limit is not None:
+                    candidates = candidates[class_scores[candidates] > score_limit]
+                kept: list[int] = []
+                for index in candidates:
+                    if len(kept) >= max_boxes:
+                        break
+                    if kept and np.any(self._iou(corners[batch, index], corners[batch, kept]) > iou_limit):
+                        continue
+                    kept.append(int(index))
+                selected += [[batch, cls, index] for index in kept]
+        return np.array(selected, dtype=np.int64).reshape(-1, 3)
+
+
+# ---------------------------------------------------------------------------------------- differentiable
+
+@register("Det")
+class Det(ReferenceOp):
+    """Determinant of the square matrices in the last two axes; gradient ``g * det(X) * inv(X)^T``.
+
+    >>> Det().forward([np.array([[2.0, 1.0], [1.0, 3.0]], np.float32)])
+    array(5., dtype=float32)
+    """
+
+    def forward(self, inputs):
+        x = inputs[0]
+        if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+            raise ShapeError(f"Det: input must be (..., M, M) square matrices, got shape {x.shape}")
+        return ensure_array(np.linalg.det(x)).astype(x.dtype)
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        x, g = fwd_inputs[0], grads[0]
+        # d det(X) / dX = adj(X)^T = det(X) * inv(X)^T (singular X would need the adjugate; rare in practice).
+        inverse_t = np.swapaxes(np.linalg.inv(x.astype(np.float64)), -1, -2)
+        det = np.asarray(fwd_outputs[0], np.float64)[..., None, None]
+        return ensure_array(np.asarray(g, np.float64)[..., None, None] * det * inverse_t).astype(x.dtype)
+
+
+@register("Shrink")
+class Shrink(ReferenceOp):
+    """``X + bias`` where ``X < -lambd``, ``X - bias`` where ``X > lambd``, 0 elsewhere; gradient 1 outside
+    ``[-lambd, lambd]``.
+
+    >>> Shrink(lambd=1.0, bias=0.5).forward([np.array([-2.0, 0.5, 2.0], np.float32)])
+    array([-1.5,  0. ,  1.5], dtype=float32)
+    """
+
+    def __init__(self, bias: float = 0.0, lambd: float = 0.5) -> None:
+        super().__init__()
+        self.bias, self.lambd = float(bias), float(lambd)
+
+    def forward(self, inputs):
+        x = inputs[0]
+        bias = np.asarray(self.bias).astype(x.dtype)
+        zero = np.zeros((), x.dtype)
+        out = np.where(x < -self.lambd, x + bias, np.where(x > self.lambd, x - bias, zero))
+        return ensure_array(out).astype(x.dtype)
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        x, g = fwd_inputs[0], grads[0]
+        return ensure_array(g * (np.abs(x) > self.lambd).astype(g.dtype))

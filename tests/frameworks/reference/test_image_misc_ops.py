@@ -1,0 +1,94 @@
+"""Image and miscellaneous reference operators (image_ops.py, misc_ops.py) against ONNX's node test cases
+(outputs from onnx.reference / the ONNX spec) and finite-difference gradients."""
+import numpy as np
+import pytest
+
+from d5.bench.conformance import run_conformance
+from d5.frameworks.reference.operators import create_operator
+from d5.ops.validation import test_gradient as check_gradient
+
+OPERATOR_CASES = (
+    "test_resize_", "test_gridsample", "test_lppool", "test_spacetodepth", "test_depthtospace",
+    "test_center_crop_pad", "test_col2im", "test_tril", "test_triu", "test_cumsum", "test_cumprod", "test_top_k",
+    "test_onehot", "test_hardmax", "test_lpnormalization", "test_l1normalization", "test_l2normalization",
+    "test_celu", "test_thresholdedrelu", "test_hardswish", "test_mish", "test_eyelike", "test_reversesequence",
+    "test_compress", "test_gathernd", "test_scatter_elements", "test_scatter_with_axis", "test_scatter_without_axis",
+    "test_scatternd",
+)
+# Every case must pass, including test_l2normalization_axis_0, whose all-zero slices must normalize to 0
+# (onnx.reference's fallback gives NaN there).
+KNOWN_BAD_CASES: set = set()
+OWN_OPERATORS = {"Resize", "GridSample", "LpPool", "SpaceToDepth", "DepthToSpace", "CenterCropPad", "Col2Im", "Trilu",
+                 "CumSum", "CumProd", "TopK", "OneHot", "Hardmax", "LpNormalization", "Celu", "ThresholdedRelu",
+                 "HardSwish", "Mish", "EyeLike", "ReverseSequence", "Compress", "GatherND", "ScatterElements",
+                 "Scatter", "ScatterND"}
+
+
+@pytest.fixture(scope="module")
+def results():
+    return run_conformance(kinds=("node",), patterns=OPERATOR_CASES, progress=False)
+
+
+def test_onnx_node_cases_pass_with_d5_operators(results):
+    judged = [r for r in results if r.status != "excluded" and r.name not in KNOWN_BAD_CASES
+              and set(r.operators) & OWN_OPERATORS]
+    assert len(judged) >= 180
+    failures = [f"{r.name}: {r.reason}" for r in judged if r.status != "pass"]
+    assert not failures, "\n".join(failures)
+
+
+def test_every_operator_is_covered(results):
+    covered = {op for r in results if r.status == "pass" for op in r.operators}
+    assert OWN_OPERATORS <= covered, sorted(OWN_OPERATORS - covered)
+
+
+def _random(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+@pytest.mark.parametrize("op_type, attributes, inputs", [
+    ("Trilu", {"upper": 1}, [_random((2, 3, 4)), np.array(1)]),
+    ("Trilu", {"upper": 0}, [_random((3, 3)), np.array(-1)]),
+    ("CumSum", {}, [_random((3, 4)), np.array(1)]),
+    ("CumSum", {"exclusive": 1, "reverse": 1}, [_random((3, 4)), np.array(0)]),
+    ("SpaceToDepth", {"blocksize": 2}, [_random((2, 3, 4, 6))]),
+    ("SpaceToDepth", {"blocksize": 2, "mode": "CRD"}, [_random((1, 2, 4, 2))]),
+    ("DepthToSpace", {"blocksize": 2}, [_random((2, 8, 2, 3))]),
+    ("DepthToSpace", {"blocksize": 2, "mode": "CRD"}, [_random((1, 8, 3, 2))]),
+    ("Celu", {"alpha": 2.0}, [_random((3, 5))]),
+    ("Mish", {}, [_random((3, 5))]),
+    ("LpNormalization", {"axis": 1, "p": 2}, [_random((3, 4))]),
+    ("LpNormalization", {"axis": 0, "p": 1}, [_random((3, 4)) + 5.0]),
+    ("GatherND", {}, [_random((3, 4)), np.array([[0, 1], [2, 3], [0, 1]])]),
+    ("GatherND", {"batch_dims": 1}, [_random((2, 3, 4)), np.array([[1], [2]])]),
+])
+def test_gradients_match_finite_differences(op_type, attributes, inputs):
+    result = check_gradient(create_operator(op_type, attributes), inputs)
+    assert result.passed, result
+
+
+def test_piecewise_gradients_away_from_kinks():
+    x = np.array([[-4.0, -2.0, -0.5, 0.7, 2.5, 4.0]])
+    assert check_gradient(create_operator("HardSwish", {}), [x]).passed
+    assert check_gradient(create_operator("ThresholdedRelu", {"alpha": 0.5}), [x]).passed
+
+
+@pytest.mark.parametrize("attributes", [
+    {"mode": "linear"},
+    {"mode": "cubic", "coordinate_transformation_mode": "align_corners"},
+    {"mode": "linear", "antialias": 1},
+    {"mode": "nearest"},
+])
+def test_resize_gradient_matches_finite_differences(attributes):
+    x = _random((1, 2, 4, 5))
+    for scales in (np.array([1.0, 1.0, 2.0, 1.5]), np.array([1.0, 1.0, 0.5, 0.6])):
+        result = check_gradient(create_operator("Resize", attributes), [x, None, scales], wrt=[0])
+        assert result.passed, (scales, result)
+
+
+def test_non_differentiable_operators_refuse_backward():
+    from d5.errors import UnsupportedOperatorError
+    op = create_operator("TopK", {})
+    assert op.differentiable is False
+    with pytest.raises(UnsupportedOperatorError, match="no gradient"):
+        op.backward([np.ones(2)], [np.ones(3), np.array([2])], [None, None])
