@@ -65,7 +65,7 @@ class Conv(ReferenceOp):
                                       self.group)
         else:
             y = self._forward_numpy(x, w, b, window)
-        return self._restore(y, window, _output_dtype(inputs, x.dtype))
+        return self._restore(y, window, output_dtype(inputs, x.dtype))
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
         x, w, b, window = self._prepare(fwd_inputs)
@@ -160,7 +160,7 @@ class Conv(ReferenceOp):
         return array.astype(dtype, copy=False)
 
 
-def _output_dtype(inputs, compute: np.dtype) -> np.dtype:
+def output_dtype(inputs, compute: np.dtype) -> np.dtype:
     # Keep X's dtype when all inputs agree on it (float16 stays float16); mixed inputs get the wider type.
     dtypes = {np.asarray(a).dtype for a in inputs if a is not None}
     return dtypes.pop() if len(dtypes) == 1 else compute

@@ -17,6 +17,7 @@ import numpy as np
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.reference.kernels import AUTO_PAD_MODES, as_kernel_array, compute_dtype, load_native
 from d5.frameworks.reference.operators.registry import ReferenceOp, register
+from d5.frameworks.reference.operators.conv import output_dtype
 
 
 def _ints(values) -> tuple[int, ...] | None:
@@ -66,7 +67,7 @@ class ConvTranspose(ReferenceOp):
                                  geo["kernel"], geo["strides"], geo["pads_begin"], geo["dilations"], geo["in"])
         if b is not None:
             y += b.reshape(1, -1, 1, 1)
-        return self._restore(y, geo, _output_dtype(inputs, x.dtype))
+        return self._restore(y, geo, output_dtype(inputs, x.dtype))
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
         x, w, b, geo = self._prepare(fwd_inputs)
@@ -157,11 +158,6 @@ class ConvTranspose(ReferenceOp):
         if geo["rank"] == 1:
             array = array.reshape(array.shape[0], array.shape[1], array.shape[3])
         return array.astype(dtype, copy=False)
-
-
-def _output_dtype(inputs, compute: np.dtype) -> np.dtype:
-    dtypes = {np.asarray(a).dtype for a in inputs if a is not None}
-    return dtypes.pop() if len(dtypes) == 1 else compute
 
 
 __all__ = ["ConvTranspose"]
