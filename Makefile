@@ -43,6 +43,7 @@ conformance: $(STAMP)
 
 bench: $(STAMP) data
 	$(PY) benchmarks/lenet_epoch.py
+	$(PY) benchmarks/onnx_models.py
 
 clean:
 	rm -rf build *.egg-info d5/_C*.so .pytest_cache
