@@ -23,6 +23,7 @@
 #include "batchnorm.h"
 #include "blas.h"
 #include "conv2d.h"
+#include "conv2d_packed.h"
 #include "d5/custom_operator.h"
 #include "im2col.h"
 #include "pooling.h"
@@ -449,6 +450,16 @@ PYBIND11_MODULE(_C, m) {
     }, "sgemm"_a, "dgemm"_a,
        "Register BLAS ?gemm (scipy.linalg.cython_blas.__pyx_capi__ capsules) for conv2d_forward/backward.");
     m.def("blas_ready", &d5::kernels::blas_ready, "True once set_blas has been called.");
+    m.def("packed_conv_available", &d5::kernels::packed_conv_available,
+          "True when float32 conv2d_forward can use d5's packed AVX-512 kernel on this CPU.");
+    m.def("set_packed_conv", &d5::kernels::set_packed_conv_enabled, "enabled"_a,
+          "Allow (True, the default) or forbid float32 conv2d_forward's packed AVX-512 kernel; returns the "
+          "previous setting. Forbidden, it uses im2col + BLAS like float64.");
+    m.def("find_blas_threading", [](const std::string& library) { return d5::kernels::find_blas_threading(library.c_str()); },
+          "library"_a,
+          "Find OpenBLAS's thread-count functions in a loaded library or its dependencies (pass "
+          "scipy.linalg.cython_blas.__file__), so that the kernels run BLAS single-threaded inside their "
+          "OpenMP loops. False when the BLAS is not OpenBLAS.");
 #ifdef _OPENMP
     m.attr("openmp") = true;
 #else

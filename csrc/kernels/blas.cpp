@@ -1,6 +1,9 @@
 #include "blas.h"
 
+#include <dlfcn.h>
+
 #include <climits>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -11,6 +14,14 @@ namespace {
 
 FortranGemm<float> g_sgemm = nullptr;
 FortranGemm<double> g_dgemm = nullptr;
+
+using SetThreads = void (*)(int);
+using GetThreads = int (*)();
+SetThreads g_set_threads = nullptr;
+GetThreads g_get_threads = nullptr;
+std::mutex g_serial_mutex;
+int g_serial_depth = 0;     // open SerialBlas scopes
+int g_saved_threads = 0;    // the BLAS thread count before the outermost scope
 
 int to_blas_int(index_t value) {
     if (value < 0 || value > INT_MAX)
@@ -33,6 +44,39 @@ void set_blas(FortranGemm<float> sgemm, FortranGemm<double> dgemm) {
 }
 
 bool blas_ready() { return g_sgemm != nullptr && g_dgemm != nullptr; }
+
+bool find_blas_threading(const char* library) {
+    // RTLD_NOLOAD: the library is already loaded (scipy imported it); dlsym on its handle also searches
+    // its dependencies, where OpenBLAS lives. scipy's own OpenBLAS build prefixes its symbols.
+    void* handle = dlopen(library, RTLD_LAZY | RTLD_NOLOAD);
+    if (handle == nullptr) return false;
+    for (const char* prefix : {"scipy_openblas_", "openblas_"}) {
+        void* set = dlsym(handle, (std::string(prefix) + "set_num_threads").c_str());
+        void* get = dlsym(handle, (std::string(prefix) + "get_num_threads").c_str());
+        if (set != nullptr && get != nullptr) {
+            g_set_threads = reinterpret_cast<SetThreads>(set);
+            g_get_threads = reinterpret_cast<GetThreads>(get);
+            break;
+        }
+    }
+    dlclose(handle);  // drops only the reference taken above; the library stays loaded by scipy
+    return g_set_threads != nullptr;
+}
+
+SerialBlas::SerialBlas(bool active) : active_(active && g_set_threads != nullptr) {
+    if (!active_) return;
+    std::lock_guard<std::mutex> lock(g_serial_mutex);
+    if (g_serial_depth++ == 0) {
+        g_saved_threads = g_get_threads();
+        if (g_saved_threads != 1) g_set_threads(1);
+    }
+}
+
+SerialBlas::~SerialBlas() {
+    if (!active_) return;
+    std::lock_guard<std::mutex> lock(g_serial_mutex);
+    if (--g_serial_depth == 0 && g_saved_threads != 1) g_set_threads(g_saved_threads);
+}
 
 template <typename T>
 void gemm_row_major(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,

@@ -16,6 +16,26 @@ using FortranGemm = void (*)(char*, char*, int*, int*, int*, T*, T*, int*, T*, i
 void set_blas(FortranGemm<float> sgemm, FortranGemm<double> dgemm);
 bool blas_ready();
 
+// Looks up OpenBLAS's thread-count functions in `library` and the libraries it depends on (pass the file of
+// scipy.linalg.cython_blas, which links the BLAS that set_blas registered). Returns false when none is found:
+// the BLAS is not OpenBLAS, and SerialBlas then does nothing.
+bool find_blas_threading(const char* library);
+
+// While alive, BLAS calls run single-threaded. d5's kernels run one GEMM per image on every OpenMP thread;
+// a threaded OpenBLAS would wake its own pthread pool inside each of those calls and oversubscribe the
+// cores (ResNet-44 inference on 2 cores: 0.41 s per batch of 64 with BLAS threads, 0.26 s without).
+// Scopes may nest and may be opened from several threads; the last one to close restores the old count.
+class SerialBlas {
+public:
+    explicit SerialBlas(bool active);
+    ~SerialBlas();
+    SerialBlas(const SerialBlas&) = delete;
+    SerialBlas& operator=(const SerialBlas&) = delete;
+
+private:
+    bool active_;
+};
+
 // C(m, n) = alpha * op(A) op(B) + beta * C with row-major A, B, C and leading dimensions in elements.
 // Throws std::runtime_error if set_blas was not called, std::overflow_error if a size exceeds int.
 template <typename T>

@@ -1,9 +1,12 @@
 #include "conv2d.h"
 
 #include <algorithm>
+#include <atomic>
+#include <type_traits>
 #include <vector>
 
 #include "blas.h"
+#include "conv2d_packed.h"
 
 namespace d5 {
 namespace kernels {
@@ -16,18 +19,37 @@ bool is_pointwise(const Conv2DGeometry& g) {
            g.pad_left == 0 && g.out_h == g.height && g.out_w == g.width;
 }
 
+// The packed kernel rereads a group's whole weight matrix for every 32 output pixels, so it wins while
+// that matrix stays in L2 (ResNet-CIFAR: <= 64 x 576 floats); beyond that BLAS's cache blocking wins.
+constexpr index_t kPackedWeightLimit = 128 * 1024;  // floats (512 KB)
+
+std::atomic<bool> g_packed_enabled{true};
+
+bool use_packed(index_t out_channels, index_t groups, const Conv2DGeometry& g) {
+    return g_packed_enabled.load(std::memory_order_relaxed) && packed_conv_available() &&
+           (out_channels / groups) * (g.col_rows() / groups) <= kPackedWeightLimit;
+}
+
 }  // namespace
+
+bool set_packed_conv_enabled(bool enabled) { return g_packed_enabled.exchange(enabled); }
 
 template <typename T>
 void conv2d_forward(const T* x, const T* w, const T* bias, index_t batch, index_t out_channels, index_t groups,
                     const Conv2DGeometry& g, T* y) {
+    if constexpr (std::is_same_v<T, float>) {
+        if (use_packed(out_channels, groups, g))
+            return conv2d_forward_packed(x, w, bias, batch, out_channels, groups, g, y);
+    }
     const index_t rows = g.col_rows(), cols = g.col_cols();
     const index_t group_rows = rows / groups, group_out = out_channels / groups;
     const index_t image = g.channels * g.height * g.width;
     const bool pointwise = is_pointwise(g);
     // Images are independent: each thread convolves whole images with its own column buffer, so the
-    // small per-image GEMMs stay in cache and need no BLAS threading (which would fight OpenMP's threads).
-#pragma omp parallel
+    // small per-image GEMMs stay in cache and run single-threaded. A single image is left to BLAS's threads.
+    const bool image_parallel = batch > 1;
+    SerialBlas serial_blas(image_parallel);
+#pragma omp parallel if (image_parallel)
     {
     std::vector<T> columns(pointwise ? 0 : rows * cols);
 #pragma omp for schedule(static)
@@ -60,7 +82,9 @@ void conv2d_backward(const T* dy, const T* x, const T* w, index_t batch, index_t
     if (dbias != nullptr) std::fill(dbias, dbias + out_channels, T(0));
     // Parallel over images as in the forward pass; each thread sums its images' dW and dbias privately
     // and adds them to the result once, under a critical section.
-#pragma omp parallel
+    const bool image_parallel = batch > 1;
+    SerialBlas serial_blas(image_parallel);
+#pragma omp parallel if (image_parallel)
     {
     std::vector<T> columns(pointwise ? 0 : rows * cols), dcolumns(pointwise || dx == nullptr ? 0 : rows * cols);
     std::vector<T> dw_local(weight_size, T(0)), dbias_local(dbias != nullptr ? out_channels : 0, T(0));

@@ -16,6 +16,10 @@ template <typename T>
 void conv2d_forward(const T* x, const T* w, const T* bias, index_t batch, index_t out_channels, index_t groups,
                     const Conv2DGeometry& g, T* y);
 
+// Whether float32 conv2d_forward may use the packed AVX-512 kernel (conv2d_packed.h) where it applies
+// (default: yes); returns the previous setting. For tests and benchmarks comparing the two paths.
+bool set_packed_conv_enabled(bool enabled);
+
 // dy: (batch, M, OH, OW) -> dx (like x), dw (like w), dbias (M,) unless nullptr. Overwrites all three.
 template <typename T>
 void conv2d_backward(const T* dy, const T* x, const T* w, index_t batch, index_t out_channels, index_t groups,

@@ -20,16 +20,6 @@ void validate(const Conv2DGeometry& g) {
 
 namespace {
 
-// Output columns [lo, hi) whose input coordinate ow*stride + offset lies inside [0, size).
-// Computed once per kernel tap so the inner loop has no bounds checks.
-inline void valid_range(index_t offset, index_t stride, index_t size, index_t out, index_t& lo, index_t& hi) {
-    lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
-    index_t last = size - 1 - offset;  // largest ow*stride allowed
-    hi = last < 0 ? 0 : last / stride + 1;
-    lo = std::min(lo, out);
-    hi = std::max(std::min(hi, out), lo);
-}
-
 // Distance between consecutive images and between consecutive column rows in the given layout.
 inline void layout_strides(const Conv2DGeometry& g, index_t batch, ColumnLayout layout, index_t& image_stride,
                            index_t& row_stride) {

@@ -26,6 +26,17 @@ struct Conv2DGeometry {
 // Throws std::invalid_argument when the geometry is inconsistent (non-positive sizes or strides).
 void validate(const Conv2DGeometry& g);
 
+// Output columns [lo, hi) whose input coordinate ow*stride + offset lies inside [0, size).
+// Computed once per kernel tap so the inner loops have no bounds checks.
+inline void valid_range(index_t offset, index_t stride, index_t size, index_t out, index_t& lo, index_t& hi) {
+    lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+    const index_t last = size - 1 - offset;  // largest ow*stride allowed
+    hi = last < 0 ? 0 : last / stride + 1;
+    lo = lo < out ? lo : out;
+    hi = hi < out ? hi : out;
+    hi = hi > lo ? hi : lo;
+}
+
 // How the columns of a batch are laid out.
 //   BatchMajor: (batch, C*KH*KW, OH*OW) -- one column matrix per image.
 //   RowMajor:   (C*KH*KW, batch * OH*OW) -- one wide matrix for the whole batch, so a convolution layer

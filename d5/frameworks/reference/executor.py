@@ -38,6 +38,10 @@ class _Plan:
     outputs: list[str]
     backward: list[_Step] = dataclasses.field(default_factory=list)
     requires_grad: frozenset[str] = frozenset()
+    # Inference only: per forward step, the intermediate tensors no later step reads. Dropping them at
+    # once lets the allocator hand their (cache-warm) memory to the next operator's output instead of
+    # growing the heap by every activation of the network (ResNet-44, batch 64: ~0.5 GB per call).
+    release: list[tuple[str, ...]] | None = None
 
 
 class ReferenceGraphExecutor(GraphExecutor):
@@ -123,7 +127,7 @@ class ReferenceGraphExecutor(GraphExecutor):
         if not outputs:
             raise GraphError(f"no graph output can be computed without inputs {missing}; provide them")
         if y is None:
-            return _Plan(forward, outputs)
+            return _Plan(forward, outputs, release=_release_schedule(forward, outputs))
         if y not in known:
             raise GraphError(f"cannot compute {y!r} from the given inputs (missing {missing}) to differentiate it")
         # Forward: which tensors depend on a trainable parameter. Backward: which of those reach y.
@@ -148,7 +152,7 @@ class ReferenceGraphExecutor(GraphExecutor):
         backward expects all of them)."""
         values: dict[str, Any] = {**self.network.params, **feeds}
         results_by_node: dict[str, tuple] = {}
-        for step in plan.forward:
+        for index, step in enumerate(plan.forward):
             op, node = step.op, step.node
             if op.training != training:
                 op.training = training
@@ -163,6 +167,10 @@ class ReferenceGraphExecutor(GraphExecutor):
             for name, value in zip(node.outputs, results):
                 if name:
                     values[name] = value
+            if plan.release is not None:
+                del results_by_node[node.name]
+                for name in plan.release[index]:
+                    del values[name]
             if training:
                 for index, value in op.state_updates().items():
                     self.network.feed_tensor(node.inputs[index], value)
@@ -192,6 +200,24 @@ class ReferenceGraphExecutor(GraphExecutor):
                 # A new array, never in place: operators may pass gradients through without copying.
                 grads[tensor] = grad if previous is None else previous + grad
         return grads
+
+
+def _release_schedule(forward: list[_Step], outputs: list[str]) -> list[tuple[str, ...]]:
+    """For each step, the tensors produced by the steps that are read for the last time there (or, if
+    never read, produced there), except the requested outputs."""
+    last_use: dict[str, int] = {}
+    for index, step in enumerate(forward):
+        for name in step.node.outputs:
+            if name:
+                last_use[name] = index
+        for name in step.inputs:
+            if name in last_use:
+                last_use[name] = index
+    release: list[list[str]] = [[] for _ in forward]
+    for name, index in last_use.items():
+        if name not in outputs:
+            release[index].append(name)
+    return [tuple(names) for names in release]
 
 
 def _trim_optional(inputs: list[str]) -> list[str]:

@@ -70,6 +70,7 @@ def _register_blas(module: ModuleType) -> None:
         from scipy.linalg import cython_blas
 
         module.set_blas(cython_blas.__pyx_capi__["sgemm"], cython_blas.__pyx_capi__["dgemm"])
+        module.find_blas_threading(cython_blas.__file__)
     except (ImportError, KeyError, ValueError):
         pass
 

@@ -151,3 +151,47 @@ def test_custom_python_operator_in_a_network():
     # loss = sum((x w)^6)  =>  dloss/dw = sum_rows 6 x^6 w^5
     expected = (6 * x ** 6 * np.array([1.0, 2.0]) ** 5).sum(axis=0)
     np.testing.assert_allclose(executor.network.fetch_tensors(["w_grad"])[0], expected)
+
+
+def test_inference_releases_intermediate_tensors_after_their_last_reader():
+    import weakref
+
+    class Probe(d5.CustomPythonOp):
+        """Returns x + 1, remembering a weak reference to that result."""
+        def __init__(self):
+            super().__init__()
+            self.result = None
+
+        def forward(self, inputs):
+            out = inputs[0] + 1.0
+            self.result = weakref.ref(out)
+            return out
+
+        def backward(self, grads, fwd_inputs, fwd_outputs):
+            return grads[0]
+
+    class AliveCheck(d5.CustomPythonOp):
+        """Records, when it runs, whether the probe's result is still held by anyone."""
+        def __init__(self, probe):
+            super().__init__()
+            self.probe, self.alive = probe, None
+
+        def forward(self, inputs):
+            self.alive = self.probe.result() is not None
+            return inputs[0] * 2.0
+
+        def backward(self, grads, fwd_inputs, fwd_outputs):
+            return grads[0] * 2.0
+
+    probe = Probe()
+    check = AliveCheck(probe)
+    net = d5.Network()
+    net.add_input("x", ("N", 3), "float64")
+    net.add_custom_node(probe, ["x"], ["probed"])
+    net.add_node("Relu", ["probed"], ["relu"])   # the last reader of "probed"
+    net.add_custom_node(check, ["relu"], ["y"])
+    net.add_output("y")
+    executor = reference.from_model(net)
+    x = np.array([[-1.0, 0.0, 2.0]])
+    np.testing.assert_array_equal(executor.inference({"x": x})["y"], [[0.0, 2.0, 6.0]])
+    assert check.alive is False

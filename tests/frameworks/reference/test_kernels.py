@@ -37,13 +37,19 @@ def torch():
     return pytest.importorskip("torch")
 
 
-@pytest.fixture(params=["blas_kernel", "numpy_fallback"])
+@pytest.fixture(params=["packed_kernel", "blas_kernel", "numpy_fallback"])
 def conv_path(request, monkeypatch):
-    """Run a Conv test through the C++ im2col+BLAS kernel and through the NumPy-matmul fallback."""
-    if request.param == "blas_kernel":
-        assert kernels.load_native().blas_ready(), "scipy's BLAS was not registered with d5._C"
-    monkeypatch.setattr(Conv, "use_blas_kernel", request.param == "blas_kernel")
-    return request.param
+    """Run a Conv test through the C++ kernels (float32 forward: the packed AVX-512 kernel, then im2col+BLAS)
+    and through the NumPy-matmul fallback."""
+    native = kernels.load_native()
+    if request.param == "packed_kernel" and not native.packed_conv_available():
+        pytest.skip("this CPU has no AVX-512: the packed convolution kernel is not used")
+    if request.param != "numpy_fallback":
+        assert native.blas_ready(), "scipy's BLAS was not registered with d5._C"
+    monkeypatch.setattr(Conv, "use_blas_kernel", request.param != "numpy_fallback")
+    previous = native.set_packed_conv(request.param == "packed_kernel")
+    yield request.param
+    native.set_packed_conv(previous)
 
 
 def assert_close(actual, expected, dtype):
@@ -135,6 +141,37 @@ def test_conv_matches_torch(torch, conv_path, dtype, case):
     assert len(grads) == len(inputs)
     for grad, leaf in zip(grads, leaves):
         assert_close(grad, leaf.grad, dtype)
+
+
+def test_packed_float32_conv_matches_float64_blas_conv_on_random_geometries():
+    """The packed kernel's panels (chunks along output rows, zero borders, tail pixels and channels, gathers
+    for strides) against the float64 im2col+BLAS kernel, on 150 random geometries."""
+    native = kernels.load_native()
+    if not native.packed_conv_available():
+        pytest.skip("this CPU has no AVX-512: the packed convolution kernel is not used")
+    rng = np.random.default_rng(7)
+    checked = 0
+    while checked < 150:
+        groups, group_channels, group_out = (int(v) for v in (rng.choice([1, 1, 2, 3]), rng.integers(1, 6),
+                                                              rng.integers(1, 20)))
+        kernel, strides, dilations = (tuple(int(v) for v in rng.integers(1, hi, 2)) for hi in (5, 4, 3))
+        size = tuple(int(v) for v in rng.integers(1, 40, 2))
+        pads = tuple(int(v) for v in rng.integers(0, 3, 4))
+        out = tuple((size[i] + pads[i] + pads[i + 2] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1
+                    for i in range(2))
+        if min(out) <= 0:
+            continue
+        x = rng.standard_normal((int(rng.integers(1, 4)), groups * group_channels, *size))
+        w = rng.standard_normal((groups * group_out, group_channels, *kernel))
+        b = rng.standard_normal(groups * group_out) if checked % 2 else None
+        args = (strides, pads[:2], dilations, out, groups)
+        expected = native.conv2d_forward(x, w, b, *args)
+        actual = native.conv2d_forward(x.astype(np.float32), w.astype(np.float32),
+                                       None if b is None else b.astype(np.float32), *args)
+        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max(),
+                                   err_msg=f"x {x.shape} w {w.shape} strides {strides} pads {pads} "
+                                           f"dilations {dilations} groups {groups}")
+        checked += 1
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
