@@ -43,7 +43,7 @@ def network_to_onnx(network: Network, infer_output_types: bool = True):
     order = network.topological_order()
     nodes = [node_to_proto(node, network.opset) for node in order]
     inputs = [_value_info(i.name, i.dtype, i.shape) for i in network.inputs.values()]
-    initializers = [numpy_helper.from_array(np.ascontiguousarray(v), name) for name, v in network.params.items()]
+    initializers = [numpy_helper.from_array(np.asarray(v, order="C"), name) for name, v in network.params.items()]
     outputs = [helper.make_empty_tensor_value_info(name) for name in network.outputs]
     graph = helper.make_graph(nodes, network.name, inputs, outputs, initializer=initializers)
     opsets = [helper.make_opsetid("", network.opset)]

@@ -241,7 +241,7 @@ def small_zoo():
         ("resnet8_B", resnet(8, shortcut="B", input_shape=(3, 16, 16)), {"input": images(3, 16, 16), "label": labels(2, 10)}),
         ("resnet18", resnet(18, "imagenet", input_shape=(3, 64, 64)), {"input": images(3, 64, 64), "label": labels(2, 1000)}),
         ("resnet50", resnet(50, "imagenet", input_shape=(3, 64, 64)), {"input": images(3, 64, 64, 1), "label": labels(1, 1000)}),
-        ("wrn16_2", wide_resnet(16, 2), {"input": images(3, 32, 32), "label": labels(2, 10)}),
+        ("wrn16_2_dropout", wide_resnet(16, 2, dropout=0.3), {"input": images(3, 32, 32), "label": labels(2, 10)}),
         ("lstm_lm", lstm_lm(50, 8, 2, 5), {"input": words, "label": np.roll(words, -1, axis=1)}),
     ]
 

@@ -117,6 +117,17 @@ def test_onnx_export_is_valid_and_runs_in_onnxruntime():
     np.testing.assert_allclose(got["loss"], expected_loss, rtol=1e-4, atol=1e-5)
 
 
+def test_zero_dimensional_params_export_and_import_as_scalars():
+    net = d5.Network()
+    net.add_input("x", ("N", 3), "float32")
+    net.add_param("scale", np.array(2.5, np.float32))
+    net.add_node("Mul", ["x", "scale"], ["y"])
+    net.add_output("y")
+    model = net.to_onnx()
+    assert list(model.graph.initializer[0].dims) == []
+    assert d5.Network.from_onnx(model).params["scale"].shape == ()
+
+
 def test_shape_inference_keeps_batch_symbolic():
     shapes = d5.models.lenet5().infer_shapes()
     assert shapes["output"].shape == ("N", 10)

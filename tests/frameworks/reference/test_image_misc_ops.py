@@ -92,3 +92,19 @@ def test_non_differentiable_operators_refuse_backward():
     assert op.differentiable is False
     with pytest.raises(UnsupportedOperatorError, match="no gradient"):
         op.backward([np.ones(2)], [np.ones(3), np.array([2])], [None, None])
+
+
+def test_gathernd_of_a_full_index_is_a_scalar_like_onnxruntime():
+    from onnx import helper, TensorProto
+    ort = pytest.importorskip("onnxruntime")
+    data, indices = np.arange(6.0, dtype=np.float32).reshape(2, 3), np.array([1, 2], np.int64)
+    graph = helper.make_graph([helper.make_node("GatherND", ["d", "i"], ["y"])], "g",
+                              [helper.make_tensor_value_info("d", TensorProto.FLOAT, [2, 3]),
+                               helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    expected, = ort.InferenceSession(model.SerializeToString()).run(None, {"d": data, "i": indices})
+    got = create_operator("GatherND", {}).forward([data, indices])
+    assert got.shape == expected.shape == ()
+    assert got == expected == 5.0

@@ -255,7 +255,7 @@ class GatherND(ReferenceOp):
 
     def forward(self, inputs):
         data, indices = inputs[0], np.asarray(inputs[1])
-        return np.ascontiguousarray(data[_gather_nd_index(data.shape, indices, self.batch_dims)])
+        return np.asarray(data[_gather_nd_index(data.shape, indices, self.batch_dims)], order="C")
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
         data, indices = fwd_inputs[0], np.asarray(fwd_inputs[1])

@@ -141,7 +141,7 @@ class RotaryEmbedding(ReferenceOp):
             rotated = np.concatenate([real, imag], axis=-1)
         out = np.concatenate([rotated, heads[..., dim:].astype(dtype)], axis=-1)
         out = out.transpose(0, 2, 1, 3) if x.ndim == 4 else out.reshape(x.shape)
-        return np.ascontiguousarray(out.astype(x.dtype, copy=False))
+        return np.asarray(out, dtype=x.dtype, order="C")
 
 
 def _sigmoid(x: np.ndarray, alpha: float) -> np.ndarray:
