@@ -20,7 +20,7 @@ onnx = pytest.importorskip("onnx")
 SHAPE_OPS = ["Transpose", "Squeeze", "Unsqueeze", "Slice", "Gather", "GatherElements", "Split", "Shape", "Size",
              "Constant", "ConstantOfShape", "Cast", "CastLike", "Expand", "Tile", "Pad", "Range", "Where"]
 REDUCTIONS = ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-              "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin"]
+              "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin"]
 MATH_OPS = ["Clip", "Gelu", "Erf", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Min", "Max", "Sum", "Mean",
             "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "Sin", "Cos",
             "HardSigmoid", "Softplus", "Softsign", "Selu", "PRelu", "Mod", "IsNaN", "IsInf"]
@@ -206,6 +206,7 @@ GRADIENT_CASES = {
     "ReduceProd-zero": ("ReduceProd", {"axes": [1]}, lambda: [np.array([[0.0, 2.0, 3.0], [1.5, -1.0, 0.5]])]),
     "ReduceL1": ("ReduceL1", {"axes": [0]}, lambda: [away_from_zero(3, 4)]),
     "ReduceL2": ("ReduceL2", {"axes": [1], "keepdims": 0}, lambda: [normal(3, 4)]),
+    "ReduceLogSum": ("ReduceLogSum", {"keepdims": 0}, lambda: [np.abs(away_from_zero(3, 4, 5)), ints(0, 2)]),
     "ReduceLogSumExp": ("ReduceLogSumExp", {"axes": [1]}, lambda: [normal(3, 4) * 10]),
     "ReduceSumSquare": ("ReduceSumSquare", {}, lambda: [normal(3, 4), ints(0)]),
     "Clip": ("Clip", {}, lambda: [normal(4, 5), np.array(-0.5), np.array(0.7)]),

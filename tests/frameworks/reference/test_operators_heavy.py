@@ -16,7 +16,7 @@ F = torch.nn.functional
 
 HEAVY_OPS = {"LayerNormalization", "InstanceNormalization", "ConvTranspose", "LSTM", "GRU", "RNN", "Einsum"}
 # ONNX node cases of these ops that the reference framework deliberately does not run, with the reason.
-KNOWN_UNSUPPORTED = {"test_convtranspose_3d": "3-D transposed convolution is not implemented"}
+KNOWN_UNSUPPORTED: dict[str, str] = {}
 
 
 def _blocks(array: np.ndarray, order: list[int], hidden: int) -> np.ndarray:
@@ -306,8 +306,8 @@ def test_bad_inputs_raise_d5_errors():
         create_operator("GRU", {"activations": ["Sigmoid", "Gelu"]})
     with pytest.raises(ShapeError, match="sequence_lens"):
         create_operator("RNN", {}).forward([x, np.zeros((1, 1, 4)), np.zeros((1, 1, 1)), None, np.array([9, 1])])
-    with pytest.raises(UnsupportedOperatorError, match="3-D"):
-        create_operator("ConvTranspose", {}).forward([np.zeros((1, 1, 2, 2, 2)), np.zeros((1, 1, 1, 1, 1))])
+    with pytest.raises(UnsupportedOperatorError, match="1-D, 2-D and 3-D"):
+        create_operator("ConvTranspose", {}).forward([np.zeros((1, 1, 2, 2, 2, 2)), np.zeros((1, 1, 1, 1, 1, 1))])
     with pytest.raises(ShapeError, match="W must be"):
         create_operator("ConvTranspose", {}).forward([np.zeros((1, 2, 3, 3)), np.zeros((3, 1, 2, 2))])
     with pytest.raises(ShapeError, match="operands"):

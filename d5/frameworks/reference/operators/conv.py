@@ -1,4 +1,5 @@
-"""Reference Conv (ONNX semantics, 1-D and 2-D): im2col + GEMM in C++ (d5._C), one image at a time.
+"""Reference Conv (ONNX semantics, 1-D, 2-D and 3-D): im2col + GEMM in C++ (d5._C), one image at a time;
+3-D convolutions take the NumPy path below, with the NumPy im2col/col2im of ``windows_nd``.
 
 Why this design: measured on LeNet-5 shapes (batch 64, float32, 2 cores, conv1 + conv2 forward and
 backward), im2col + BLAS GEMM per image inside d5._C took ~5.3-6.7 ms (PyTorch: ~6 ms), while im2col of
@@ -19,8 +20,9 @@ from typing import Sequence
 
 import numpy as np
 
-from d5.errors import ShapeError, UnsupportedOperatorError
-from d5.frameworks.reference.kernels import Window2D, as_kernel_array, compute_dtype, load_native, resolve_window_2d
+from d5.errors import ShapeError
+from d5.frameworks.reference.kernels import Window2D, as_kernel_array, compute_dtype, load_native
+from d5.frameworks.reference.operators.windows_nd import WindowND, resolve_window, window_kernels
 from d5.frameworks.reference.operators.registry import ReferenceOp, register
 
 
@@ -28,7 +30,7 @@ from d5.frameworks.reference.operators.registry import ReferenceOp, register
 class Conv(ReferenceOp):
     """ONNX Conv: ``Y = conv(X, W) + B`` with strides, pads, dilations, groups and auto_pad.
 
-    Inputs ``X`` (N, C, H, W) or (N, C, L), ``W`` (M, C/group, kH, kW), optional ``B`` (M,).
+    Inputs ``X`` (N, C, H, W), (N, C, L) or (N, C, D, H, W), ``W`` (M, C/group, kernel...), optional ``B`` (M,).
     float32 in gives float32 out, float64 gives float64 (float16 computes in float32 and is cast back;
     mixed input dtypes give the wider one).
 
@@ -60,7 +62,7 @@ class Conv(ReferenceOp):
     def forward(self, inputs):
         x, w, b, window = self._prepare(inputs)
         native = load_native()
-        if self.use_blas_kernel and native.blas_ready():
+        if self._native_gemm(window, native):
             y = native.conv2d_forward(x, w, b, window.strides, window.pads_begin, window.dilations, window.out,
                                       self.group)
         else:
@@ -71,7 +73,7 @@ class Conv(ReferenceOp):
         x, w, b, window = self._prepare(fwd_inputs)
         dy = as_kernel_array(grads[0], x.dtype).reshape(x.shape[0], w.shape[0], *window.out)
         native = load_native()
-        if self.use_blas_kernel and native.blas_ready():
+        if self._native_gemm(window, native):
             # The executor's hint: no gradient is wanted for the input of a network's first layer.
             with_dx = self.input_grad_required is None or self.input_grad_required[0]
             dx, dw, db = native.conv2d_backward(dy, x, w, window.strides, window.pads_begin, window.dilations,
@@ -84,34 +86,39 @@ class Conv(ReferenceOp):
             return grad_x, grad_w
         return grad_x, grad_w, db.astype(np.asarray(fwd_inputs[2]).dtype, copy=False)
 
-    # -- NumPy fallback: im2col of the whole batch in C++, GEMMs with numpy.matmul ----------------------
+    def _native_gemm(self, window: Window2D | WindowND, native) -> bool:
+        # d5._C's fused im2col + GEMM kernels are 2-D only; 3-D always runs the NumPy path.
+        return window.spatial_rank in (1, 2) and self.use_blas_kernel and native.blas_ready()
 
-    def _forward_numpy(self, x, w, b, window: Window2D) -> np.ndarray:
+    # -- NumPy path: im2col of the whole batch (C++ for 1-D/2-D, NumPy for 3-D), GEMMs with numpy.matmul -
+
+    def _forward_numpy(self, x, w, b, window: Window2D | WindowND) -> np.ndarray:
         n, m = x.shape[0], w.shape[0]
         columns = self._columns(x, window)                                   # (N, G, Kg, L)
         y = np.matmul(self._grouped_weights(w), columns).reshape(n, m, *window.out)
         if b is not None:
-            y += b.reshape(1, m, 1, 1)
+            y += b.reshape(1, m, *(1,) * len(window.out))
         return y
 
-    def _backward_numpy(self, dy, x, w, b, window: Window2D):
+    def _backward_numpy(self, dy, x, w, b, window: Window2D | WindowND):
         n, m, g = x.shape[0], w.shape[0], self.group
         dy = dy.reshape(n, g, m // g, -1)                                    # (N, G, Mg, L)
         columns = self._columns(x, window)
         # dW: one (Mg, L) @ (L, Kg) GEMM per image and group (transposed views, no copies), summed over N.
         dw = np.matmul(dy, columns.transpose(0, 1, 3, 2)).sum(axis=0)
         dcolumns = np.matmul(self._grouped_weights(w).transpose(0, 2, 1), dy)  # (N, G, Kg, L)
-        dx = load_native().col2im(dcolumns.reshape(n, -1, dcolumns.shape[-1]), x.shape, window.kernel,
-                                  window.strides, window.pads_begin, window.dilations, window.out)
+        dx = window_kernels(window.spatial_rank).col2im(dcolumns.reshape(n, -1, dcolumns.shape[-1]), x.shape,
+                                                        window.kernel, window.strides, window.pads_begin,
+                                                        window.dilations, window.out)
         db = None if b is None else dy.sum(axis=(0, 3)).reshape(m)
         return dx, dw, db
 
     def _grouped_weights(self, w: np.ndarray) -> np.ndarray:
         return w.reshape(self.group, w.shape[0] // self.group, -1)
 
-    def _columns(self, x: np.ndarray, window: Window2D) -> np.ndarray:
-        columns = load_native().im2col(x, window.kernel, window.strides, window.pads_begin, window.dilations,
-                                       window.out)
+    def _columns(self, x: np.ndarray, window: Window2D | WindowND) -> np.ndarray:
+        columns = window_kernels(window.spatial_rank).im2col(x, window.kernel, window.strides, window.pads_begin,
+                                                             window.dilations, window.out)
         # Rows are channel-major, so each group's rows are one contiguous block.
         return columns.reshape(x.shape[0], self.group, columns.shape[1] // self.group, columns.shape[2])
 
@@ -123,12 +130,8 @@ class Conv(ReferenceOp):
             raise ShapeError(f"Conv: expected inputs (X, W) or (X, W, B), got {len(inputs)} inputs")
         x, w = np.asarray(inputs[0]), np.asarray(inputs[1])
         b = None if len(inputs) < 3 or inputs[2] is None else np.asarray(inputs[2])
-        if x.ndim == 5:
-            raise UnsupportedOperatorError(
-                "Conv: 3-D convolution (5-D input) is not implemented by the reference framework; "
-                "use another framework (e.g. PyTorch) for this model")
-        if x.ndim not in (3, 4):
-            raise ShapeError(f"Conv: X must be (N, C, H, W) or (N, C, L), got shape {x.shape}")
+        if x.ndim not in (3, 4, 5):
+            raise ShapeError(f"Conv: X must be (N, C, L), (N, C, H, W) or (N, C, D, H, W), got shape {x.shape}")
         if w.ndim != x.ndim:
             raise ShapeError(f"Conv: W must have the rank of X ({x.ndim}): (M, C/group, kernel...), got shape "
                              f"{w.shape} for X of shape {x.shape}")
@@ -143,7 +146,7 @@ class Conv(ReferenceOp):
         if b is not None and b.shape != (m,):
             raise ShapeError(f"Conv: B must have shape ({m},) (one bias per output channel), got {b.shape}")
         dtype = compute_dtype("Conv", *(a for a in (x, w, b) if a is not None))
-        window = resolve_window_2d("Conv", x.shape[2:], w.shape[2:], strides=self.strides,
+        window = resolve_window("Conv", x.shape[2:], w.shape[2:], strides=self.strides,
                                    dilations=self.dilations, pads=self.pads, auto_pad=self.auto_pad)
         if window.spatial_rank == 1:
             x = x.reshape(x.shape[0], x.shape[1], 1, x.shape[2])
@@ -154,7 +157,7 @@ class Conv(ReferenceOp):
         return x, w, b, window
 
     @staticmethod
-    def _restore(array: np.ndarray, window: Window2D, dtype: np.dtype) -> np.ndarray:
+    def _restore(array: np.ndarray, window: Window2D | WindowND, dtype: np.dtype) -> np.ndarray:
         if window.spatial_rank == 1:
             array = array.reshape(array.shape[0], array.shape[1], array.shape[3])
         return array.astype(dtype, copy=False)

@@ -1,7 +1,8 @@
-"""Reference ConvTranspose (ONNX semantics, 1-D and 2-D): the adjoint of Conv.
+"""Reference ConvTranspose (ONNX semantics, 1-D, 2-D and 3-D): the adjoint of Conv.
 
 ConvTranspose's forward is Conv's input gradient, and its input gradient is Conv's forward, so both reuse
-d5._C's im2col/col2im with NumPy matmul: ``Y = col2im(W^T X)``, ``dX = W im2col(dY)``, ``dW = X im2col(dY)^T``.
+d5._C's im2col/col2im (``windows_nd``'s NumPy ones for 3-D) with NumPy matmul: ``Y = col2im(W^T X)``,
+``dX = W im2col(dY)``, ``dW = X im2col(dY)^T``.
 
 >>> import numpy as np
 >>> y = ConvTranspose(strides=[2, 2]).forward([np.ones((1, 1, 2, 2), np.float32), np.ones((1, 1, 2, 2), np.float32)])
@@ -15,9 +16,10 @@ from typing import Sequence
 import numpy as np
 
 from d5.errors import ShapeError, UnsupportedOperatorError
-from d5.frameworks.reference.kernels import AUTO_PAD_MODES, as_kernel_array, compute_dtype, load_native
+from d5.frameworks.reference.kernels import AUTO_PAD_MODES, as_kernel_array, compute_dtype
 from d5.frameworks.reference.operators.registry import ReferenceOp, register
 from d5.frameworks.reference.operators.conv import output_dtype
+from d5.frameworks.reference.operators.windows_nd import window_kernels
 
 
 def _ints(values) -> tuple[int, ...] | None:
@@ -26,7 +28,8 @@ def _ints(values) -> tuple[int, ...] | None:
 
 @register("ConvTranspose")
 class ConvTranspose(ReferenceOp):
-    """ONNX ConvTranspose: inputs ``X`` (N, C, H, W) or (N, C, L), ``W`` (C, M/group, kH, kW), optional ``B`` (M,).
+    """ONNX ConvTranspose: inputs ``X`` (N, C, H, W), (N, C, L) or (N, C, D, H, W), ``W`` (C, M/group, kernel...),
+    optional ``B`` (M,).
 
     Output size per axis: ``stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - pad_begin - pad_end``,
     or ``output_shape`` when given (with ``auto_pad`` SAME_UPPER/SAME_LOWER the pads are derived from it, as
@@ -60,13 +63,14 @@ class ConvTranspose(ReferenceOp):
         x, w, b, geo = self._prepare(inputs)
         n, c = x.shape[:2]
         g, m_per_group = self.group, w.shape[1]
-        # (G, C/G, Mg*kH*kW)^T @ (N, G, C/G, H*W) -> columns (N, G, Mg*kH*kW, H*W), then scatter-add.
+        # (G, C/G, Mg*taps)^T @ (N, G, C/G, H*W) -> columns (N, G, Mg*taps, H*W), then scatter-add.
         wg = w.reshape(g, c // g, -1)
         columns = np.matmul(wg.transpose(0, 2, 1), x.reshape(n, g, c // g, -1))
-        y = load_native().col2im(columns.reshape(n, -1, columns.shape[-1]), (n, g * m_per_group, *geo["out"]),
-                                 geo["kernel"], geo["strides"], geo["pads_begin"], geo["dilations"], geo["in"])
+        y = window_kernels(geo["rank"]).col2im(columns.reshape(n, -1, columns.shape[-1]),
+                                               (n, g * m_per_group, *geo["out"]), geo["kernel"], geo["strides"],
+                                               geo["pads_begin"], geo["dilations"], geo["in"])
         if b is not None:
-            y += b.reshape(1, -1, 1, 1)
+            y += b.reshape(1, -1, *(1,) * (y.ndim - 2))
         return self._restore(y, geo, output_dtype(inputs, x.dtype))
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
@@ -74,8 +78,8 @@ class ConvTranspose(ReferenceOp):
         n, c = x.shape[:2]
         g = self.group
         dy = as_kernel_array(grads[0], x.dtype).reshape(n, -1, *geo["out"])
-        columns = load_native().im2col(dy, geo["kernel"], geo["strides"], geo["pads_begin"], geo["dilations"],
-                                       geo["in"])
+        columns = window_kernels(geo["rank"]).im2col(dy, geo["kernel"], geo["strides"], geo["pads_begin"],
+                                                     geo["dilations"], geo["in"])
         columns = columns.reshape(n, g, columns.shape[1] // g, columns.shape[2])   # (N, G, Mg*k, H*W)
         wg = w.reshape(g, c // g, -1)
         xg = x.reshape(n, g, c // g, -1)
@@ -85,7 +89,7 @@ class ConvTranspose(ReferenceOp):
         grad_w = dw.reshape(np.shape(fwd_inputs[1])).astype(np.asarray(fwd_inputs[1]).dtype, copy=False)
         if b is None:
             return (grad_x, grad_w) + ((None,) if len(fwd_inputs) > 2 else ())
-        return grad_x, grad_w, dy.sum(axis=(0, 2, 3)).astype(np.asarray(fwd_inputs[2]).dtype, copy=False)
+        return grad_x, grad_w, dy.sum(axis=(0, *range(2, dy.ndim))).astype(np.asarray(fwd_inputs[2]).dtype, copy=False)
 
     # -- geometry ---------------------------------------------------------------------------------------
 
@@ -128,17 +132,17 @@ class ConvTranspose(ReferenceOp):
             return {"in": (1, spatial[0]), "out": (1, out[0]), "kernel": (1, kernel[0]), "strides": (1, strides[0]),
                     "dilations": (1, dilations[0]), "pads_begin": (0, begin[0]), "rank": 1}
         return {"in": tuple(spatial), "out": tuple(out), "kernel": tuple(kernel), "strides": tuple(strides),
-                "dilations": tuple(dilations), "pads_begin": tuple(begin), "rank": 2}
+                "dilations": tuple(dilations), "pads_begin": tuple(begin), "rank": rank}
 
     def _prepare(self, inputs):
         if len(inputs) not in (2, 3):
             raise ShapeError(f"ConvTranspose: expected inputs (X, W) or (X, W, B), got {len(inputs)} inputs")
         x, w = np.asarray(inputs[0]), np.asarray(inputs[1])
         b = None if len(inputs) < 3 or inputs[2] is None else np.asarray(inputs[2])
-        if x.ndim not in (3, 4):
+        if x.ndim not in (3, 4, 5):
             raise UnsupportedOperatorError(
-                f"ConvTranspose: the reference framework implements 1-D and 2-D transposed convolutions (3-D or 4-D "
-                f"X), got X of shape {x.shape}; run this model on another framework (e.g. PyTorch)")
+                f"ConvTranspose: the reference framework implements 1-D, 2-D and 3-D transposed convolutions (3-D to "
+                f"5-D X), got X of shape {x.shape}; run this model on another framework (e.g. PyTorch)")
         if w.ndim != x.ndim or w.shape[0] != x.shape[1] or x.shape[1] % self.group:
             raise ShapeError(f"ConvTranspose: W must be (C, M/group, kernel...) with C = X's channels ({x.shape[1]}, "
                              f"divisible by group={self.group}); got W {w.shape} for X {x.shape}")

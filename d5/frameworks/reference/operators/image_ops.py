@@ -1,11 +1,12 @@
 """Reference image operators (ONNX semantics, newest opset; older attribute forms accepted).
 
 Resize (nearest / linear / cubic, every coordinate_transformation_mode, scales or sizes, antialias,
-keep_aspect_ratio_policy, axes), GridSample, LpPool, SpaceToDepth, DepthToSpace, CenterCropPad, Col2Im.
+keep_aspect_ratio_policy, axes), GridSample, AffineGrid, LpPool, SpaceToDepth, DepthToSpace, CenterCropPad,
+Col2Im.
 
 Resize is separable: each resized axis is a matrix ``W`` (output length x input length) applied along that
-axis, which also makes its gradient ``W.T``. Resize, SpaceToDepth and DepthToSpace have gradients; the others
-set ``differentiable = False`` and their ``backward`` raises.
+axis, which also makes its gradient ``W.T``. Resize, AffineGrid, SpaceToDepth and DepthToSpace have gradients; the
+others set ``differentiable = False`` and their ``backward`` raises.
 
 >>> import numpy as np
 >>> from d5.frameworks.reference.operators import create_operator
@@ -327,6 +328,59 @@ class GridSample(_NonDifferentiable):
             weight = np.prod([w for _, w in combination], axis=0)
             out += weight[..., None] * channels_last[(batch,) + tuple(i for i, _ in combination)]
         return _cast_like(np.moveaxis(out, -1, 1), x)
+
+
+# -------------------------------------------------------------------------------------------- AffineGrid
+
+def _normalized_positions(size: int, align_corners: bool) -> np.ndarray:
+    """The normalized coordinates of ``size`` pixels along one axis: their centres in (-1, 1), or evenly from
+    -1 to 1 with ``align_corners`` (a single pixel sits at 0 then, as in PyTorch)."""
+    if align_corners:
+        return np.linspace(-1.0, 1.0, size) if size > 1 else np.zeros(size)
+    return (2.0 * np.arange(size) + 1.0) / size - 1.0
+
+
+@register("AffineGrid")
+class AffineGrid(ReferenceOp):
+    """The GridSample grid of the affine maps ``theta``: (N, 2, 3) -> (N, H, W, 2) for ``size`` (N, C, H, W),
+    (N, 3, 4) -> (N, D, H, W, 3) for (N, C, D, H, W). Each output point's normalized coordinates
+    ``b = (x, y[, z], 1)`` map to ``theta[n] @ b``, so the gradient of theta is the sum of ``grad (x) b``;
+    ``size`` (int64) has none.
+
+    >>> import numpy as np
+    >>> theta = np.array([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+    >>> AffineGrid(align_corners=1).forward([theta, np.array([1, 1, 2, 2])])[0].tolist()
+    [[[-1.0, -1.0], [1.0, -1.0]], [[-1.0, 1.0], [1.0, 1.0]]]
+    """
+
+    def __init__(self, align_corners: int = 0) -> None:
+        super().__init__()
+        self.align_corners = bool(align_corners)
+
+    def _base(self, inputs) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+        """theta, the (points, ndim + 1) homogeneous base coordinates in row-major order, and the output size."""
+        if len(inputs) != 2 or inputs[0] is None or inputs[1] is None:
+            raise ShapeError(f"AffineGrid: expected the inputs theta and size, got {len(inputs)} inputs")
+        theta, size = np.asarray(inputs[0]), [int(v) for v in np.asarray(inputs[1]).reshape(-1)]
+        ndim = len(size) - 2
+        if ndim not in (2, 3) or theta.shape != (size[0], ndim, ndim + 1) or min(size) < 0:
+            raise ShapeError(f"AffineGrid: size must be (N, C, H, W) or (N, C, D, H, W) with theta of shape (N, 2, 3) "
+                             f"or (N, 3, 4) respectively; got size {size} and theta of shape {theta.shape}")
+        spatial = tuple(size[2:])
+        mesh = np.meshgrid(*(_normalized_positions(n, self.align_corners) for n in spatial), indexing="ij")
+        # The last coordinate axis is (x, y[, z]): the spatial axes in reverse order.
+        columns = [axis.reshape(-1) for axis in reversed(mesh)] + [np.ones(mesh[0].size)]
+        return theta, np.stack(columns, axis=1), spatial
+
+    def forward(self, inputs):
+        theta, base, spatial = self._base(inputs)
+        grid = np.einsum("nij,pj->npi", theta, base)
+        return grid.reshape((theta.shape[0],) + spatial + (theta.shape[1],)).astype(theta.dtype, copy=False)
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        theta, base, _ = self._base(fwd_inputs)
+        g = np.asarray(grads[0]).reshape(theta.shape[0], base.shape[0], theta.shape[1])
+        return np.einsum("npi,pj->nij", g, base).astype(theta.dtype, copy=False), None
 
 
 # -------------------------------------------------------------------------------------- block rearrangement

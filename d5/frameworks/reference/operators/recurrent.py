@@ -72,6 +72,10 @@ def _parse_activations(op: str, names, alphas, betas, defaults: Sequence[str], d
         names = list(defaults) * directions
     if len(names) == len(defaults):  # one set given for a bidirectional layer: used by both directions
         names = names * directions
+    elif directions == 1 and len(names) == 2 * len(defaults):
+        # Two sets for a one-direction layer: RNN's schema default is ["Tanh", "Tanh"] (one per direction of a
+        # bidirectional layer) whatever the direction; onnx.reference and onnxruntime use the first set.
+        names = names[:len(defaults)]
     if len(names) != len(defaults) * directions:
         raise ShapeError(f"{op}: expected {len(defaults)} activations per direction ({len(defaults) * directions} in "
                          f"all), got {names}")

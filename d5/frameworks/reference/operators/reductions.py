@@ -1,10 +1,10 @@
 """Reference reductions: ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2,
-ReduceLogSumExp, ReduceSumSquare, ArgMax, ArgMin (ONNX semantics, newest opset).
+ReduceLogSum, ReduceLogSumExp, ReduceSumSquare, ArgMax, ArgMin (ONNX semantics, newest opset).
 
 ``axes`` is an input from opset 13 (ReduceSum) or 18 (the others) and an attribute before; either is
 accepted, the input taking precedence. No axes means all axes, unless ``noop_with_empty_axes=1``, which
 makes the reduction the identity. Reducing an empty set gives the reduction's identity (0 for sums, 1 for
-the product, -inf/+inf for max/min of floats). Outputs keep the input's dtype.
+the product, -inf/+inf for max/min of floats, -inf for the log-sums). Outputs keep the input's dtype.
 
 >>> import numpy as np
 >>> from d5.frameworks.reference.operators import create_operator
@@ -149,6 +149,22 @@ class ReduceL2(_Reduction):
     def _grad(self, g, x, out, axes):
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(out == 0, 0, g * x / out)
+
+
+@register("ReduceLogSum")
+class ReduceLogSum(_Reduction):
+    """``log(sum(x))`` over ``axes`` (-inf for an empty set or a zero sum, NaN for a negative one, as ONNX)."""
+
+    op_name = "ReduceLogSum"
+
+    def _reduce(self, x, axes):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(np.sum(x, axis=axes, keepdims=True, dtype=x.dtype))
+
+    def _grad(self, g, x, out, axes):
+        # d log(s) / dx = 1 / s, with s summed again rather than exp(out) (exact, and defined where out = -inf).
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return g / np.sum(x, axis=axes, keepdims=True, dtype=x.dtype)
 
 
 @register("ReduceLogSumExp")

@@ -562,18 +562,36 @@ class Pad(ReferenceOp):
         return result[0] if len(result) == 1 else tuple(result)
 
 
+# Range's stash_type (opset 27): the ONNX element type float16/bfloat16 inputs are computed in.
+_RANGE_STASH_DTYPES = {1: np.dtype(np.float32), 11: np.dtype(np.float64)}
+
+
 @register("Range")
 class Range(ReferenceOp):
-    """``start, start + delta, ...`` up to (excluding) ``limit``; scalars of one dtype in, the same dtype out."""
+    """``start, start + delta, ...`` up to (excluding) ``limit``; scalars of one dtype in, the same dtype out.
+
+    ``stash_type`` (opset 27; 1 = float32, 11 = float64) is the precision float16/bfloat16 inputs are computed
+    in before the result is cast back; it has no effect on other types. Without it (older opsets) the
+    elements are computed in the inputs' own dtype.
+    """
 
     differentiable = False
+
+    def __init__(self, stash_type: int | None = None) -> None:
+        super().__init__()
+        if stash_type is not None and int(stash_type) not in _RANGE_STASH_DTYPES:
+            raise ShapeError(f"Range: stash_type must be 1 (FLOAT) or 11 (DOUBLE), got {stash_type}")
+        self.stash_dtype = None if stash_type is None else _RANGE_STASH_DTYPES[int(stash_type)]
 
     def forward(self, inputs):
         start, limit, delta = (np.asarray(v).reshape(()) for v in inputs[:3])
         if delta == 0:
             raise ShapeError("Range: delta must not be 0")
+        dtype = start.dtype
+        compute = self.stash_dtype if self.stash_dtype is not None and dtype.name in ("float16", "bfloat16") else dtype
+        start, delta = start.astype(compute), delta.astype(compute)
         count = max(int(math.ceil((float(limit) - float(start)) / float(delta))), 0)
-        return (start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype, copy=False)
+        return (start + np.arange(count, dtype=compute) * delta).astype(dtype, copy=False)
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
         return None, None, None
