@@ -172,9 +172,11 @@ def markdown_report(results: list[CaseResult]) -> str:
         if r.kind == "node":
             for op in r.operators[:1] or ["(none)"]:
                 by_op[op][r.status if r.status != "fail" or r.fallback_status != "pass" else "fallback"] += 1
-    lines += ["## Node cases by operator", "",
-              markdown_table([{"operator": op, "pass": c["pass"], "fallback only": c["fallback"], "fail": c["fail"],
-                               "excluded": c["excluded"]} for op, c in sorted(by_op.items())]), ""]
+    if by_op:  # only when node cases ran (--kinds may leave them out)
+        lines += ["## Node cases by operator", "",
+                  markdown_table([{"operator": op, "pass": c["pass"], "fallback only": c["fallback"],
+                                   "fail": c["fail"], "excluded": c["excluded"]} for op, c in sorted(by_op.items())]),
+                  ""]
     not_passing = [r for r in results if r.status != "pass"]
     lines += ["## Failing and excluded cases", "",
               "(none)" if not not_passing else markdown_table([{"case": r.name, "kind": r.kind, "status": r.status, "fallback": r.fallback_status or "",

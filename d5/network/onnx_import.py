@@ -177,7 +177,7 @@ class _ModelImporter:
         return opset
 
     def _upgrade(self, opset: int) -> int:
-        from onnx import version_converter
+        from onnx import helper, version_converter
 
         try:
             upgraded = version_converter.convert_version(self.model, MIN_OPSET)
@@ -185,6 +185,10 @@ class _ModelImporter:
             raise OnnxImportError(f"the model uses opset {opset}, older than the oldest d5 imports ({MIN_OPSET}), and "
                                   f"onnx.version_converter could not upgrade it ({err}); re-export it for opset "
                                   f">= {MIN_OPSET}") from None
+        # The converter moves attributes into new initializers (Pad-2's pads become an input of Pad-11) but keeps
+        # the IR version; IR < 4 requires every initializer to be a graph input, so raise it to what the new
+        # opset needs (old-style initializer inputs stay valid).
+        upgraded.ir_version = max(upgraded.ir_version, helper.find_min_ir_version_for(upgraded.opset_import))
         self.model = upgraded
         self.graph = upgraded.graph
         return MIN_OPSET

@@ -328,3 +328,22 @@ def test_integer_max_pool_1d_and_padding_only_windows():
     assert y.dtype == np.int8 and y.tolist() == [[[3, 4, 5]]]
     y, indices = _forward("MaxPool", {"kernel_shape": [1], "strides": [1], "pads": [0, 1]}, [x])
     assert y.tolist() == [[[3, 1, 4, 1, 5, -128]]] and indices[0, 0, -1] == -1
+
+
+# ------------------------------------------------------------------------------ PRelu per-channel slope
+
+@pytest.mark.parametrize("shape", [(2, 3, 4), (2, 3, 4, 5), (1, 3, 2, 2, 2)])
+def test_prelu_per_channel_slope_matches_torch_prelu(shape):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    x, slope, dy = rng.normal(size=shape), rng.uniform(0.1, 0.5, 3), rng.normal(size=shape)
+    op = create_operator("PRelu", {})
+    y = op.forward([x, slope])
+    tx, tslope = (torch.tensor(a, requires_grad=True) for a in (x, slope))
+    expected = torch.nn.functional.prelu(tx, tslope)  # PyTorch's weight of C values applies along axis 1
+    expected.backward(torch.tensor(dy))
+    np.testing.assert_allclose(y, expected.detach().numpy(), rtol=1e-12)
+    grad_x, grad_slope = op.backward([dy], [x, slope], [y])
+    np.testing.assert_allclose(grad_x, tx.grad.numpy(), rtol=1e-12)
+    assert grad_slope.shape == (3,)
+    np.testing.assert_allclose(grad_slope, tslope.grad.numpy(), rtol=1e-10)

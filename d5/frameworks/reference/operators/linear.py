@@ -86,10 +86,12 @@ class MatMul(ReferenceOp):
     def forward(self, inputs):
         a, b = inputs[0], inputs[1]
         try:
-            return ensure_array(np.matmul(a, b))  # 1-D @ 1-D is a 0-d array, not a scalar
+            product = ensure_array(np.matmul(a, b))  # 1-D @ 1-D is a 0-d array, not a scalar
         except ValueError:
             raise ShapeError(f"MatMul: shapes {a.shape} and {b.shape} do not multiply (the last dimension of A must "
                              "equal the second-to-last of B, batch dimensions must broadcast, no 0-D operands)") from None
+        # ml_dtypes' bfloat16 matmul accumulates and returns float32; ONNX keeps the operands' type.
+        return product.astype(np.result_type(a, b), copy=False)
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
         a, b = fwd_inputs
@@ -106,4 +108,5 @@ class MatMul(ReferenceOp):
         else:
             grad_b = unbroadcast(np.matmul(np.swapaxes(a2, -1, -2), g), b2.shape)
         grad_a = unbroadcast(grad_a, a2.shape)
-        return ensure_array(grad_a).reshape(a.shape), ensure_array(grad_b).reshape(b.shape)
+        return (ensure_array(grad_a).reshape(a.shape).astype(a.dtype, copy=False),
+                ensure_array(grad_b).reshape(b.shape).astype(b.dtype, copy=False))

@@ -191,23 +191,42 @@ class Selu(ReferenceOp):
 
 @register("PRelu")
 class PRelu(ReferenceOp):
-    """``X`` where ``X >= 0``, ``slope * X`` elsewhere; ``slope`` broadcasts to ``X`` (and is learnable)."""
+    """``X`` where ``X >= 0``, ``slope * X`` elsewhere; ``slope`` broadcasts to ``X`` (and is learnable).
+
+    A 1-D slope of C values that does not broadcast (numpy aligns it with X's last axis) is taken per channel,
+    along axis 1: PRelu before opset 7 and PyTorch's ``nn.PReLU(C)`` exports mean exactly that.
+
+    >>> import numpy as np
+    >>> PRelu().forward([-np.ones((1, 2, 3)), np.array([0.1, 0.2])])[0, :, 0].tolist()
+    [-0.1, -0.2]
+    """
 
     def forward(self, inputs):
-        x, slope = inputs[0], inputs[1]
+        x, slope = inputs[0], _channel_slope(*inputs[:2])
         try:
             return _like(x, np.where(x >= 0, x, x * slope))
         except ValueError:
             raise broadcast_error("PRelu", x, slope) from None
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
-        (x, slope), g = fwd_inputs, grads[0]
+        (x, given_slope), g = fwd_inputs, grads[0]
+        slope = _channel_slope(x, given_slope)
         negative = x < 0
         grad_x = _like(x, np.where(negative, g * slope, g))
         grad_slope = None
-        if _is_float(slope):
-            grad_slope = _like(slope, unbroadcast(ensure_array(np.where(negative, g * x, 0)), slope.shape))
+        if _is_float(given_slope):
+            grad = unbroadcast(ensure_array(np.where(negative, g * x, 0)), slope.shape)
+            grad_slope = _like(given_slope, grad.reshape(np.shape(given_slope)))
         return grad_x, grad_slope
+
+
+def _channel_slope(x: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    """``slope`` as it applies to ``x``: unchanged when numpy broadcasting works, else a per-channel (C,)
+    slope reshaped to (C, 1, ..., 1)."""
+    x, slope = np.asarray(x), np.asarray(slope)
+    per_channel = (slope.ndim == 1 and x.ndim > 2 and x.shape[1] == slope.shape[0] != 1
+                   and x.shape[-1] != slope.shape[0])
+    return slope.reshape(-1, *(1,) * (x.ndim - 2)) if per_channel else slope
 
 
 # ------------------------------------------------------------------------------------------ variadic
