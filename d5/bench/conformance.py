@@ -70,12 +70,36 @@ def _load_case(case) -> tuple[Any, list[tuple[list, list]]]:
     model = onnx.load(os.path.join(case.model_dir, "model.onnx"))
     data_sets = []
     for directory in sorted(glob.glob(os.path.join(case.model_dir, "test_data_set_*"))):
-        def read(prefix):
-            return [numpy_helper.to_array(onnx.load_tensor(path))
-                    for path in sorted(glob.glob(os.path.join(directory, f"{prefix}_*.pb")),
-                                       key=lambda p: int(p.rsplit("_", 1)[1].split(".")[0]))]
-        data_sets.append((read("input"), read("output")))
+        def read(prefix, value_infos):
+            paths = sorted(glob.glob(os.path.join(directory, f"{prefix}_*.pb")),
+                           key=lambda p: int(p.rsplit("_", 1)[1].split(".")[0]))
+            types = [vi.type for vi in value_infos]
+            return [_read_value(path, types[i] if i < len(types) else None) for i, path in enumerate(paths)]
+        # As onnx's own runner does: input_<i>.pb holds graph input i, typed by its declared type.
+        data_sets.append((read("input", model.graph.input), read("output", model.graph.output)))
     return model, data_sets
+
+
+def _read_value(path: str, type_proto) -> Any:
+    """A test data file as an array, a list of arrays (a sequence) or None / a value (an optional), read as
+    the model's declared type says."""
+    import onnx
+    from onnx import numpy_helper
+
+    with open(path, "rb") as handle:
+        data = handle.read()
+    kind = None if type_proto is None else type_proto.WhichOneof("value")
+    if kind == "sequence_type":
+        proto = onnx.SequenceProto()
+        proto.ParseFromString(data)
+        return numpy_helper.to_list(proto)
+    if kind == "optional_type":
+        proto = onnx.OptionalProto()
+        proto.ParseFromString(data)
+        return numpy_helper.to_optional(proto)
+    proto = onnx.TensorProto()
+    proto.ParseFromString(data)
+    return numpy_helper.to_array(proto)
 
 
 def _outputs_match(expected: list, actual: Iterable, rtol: float, atol: float) -> str | None:
@@ -83,17 +107,41 @@ def _outputs_match(expected: list, actual: Iterable, rtol: float, atol: float) -
     if len(actual) != len(expected):
         return f"{len(actual)} outputs, expected {len(expected)}"
     for index, (want, got) in enumerate(zip(expected, actual)):
-        got = np.asarray(got)
-        if want.dtype != object and got.dtype != want.dtype:
-            return f"output {index}: dtype {got.dtype}, expected {want.dtype}"
-        if got.shape != want.shape:
-            return f"output {index}: shape {got.shape}, expected {want.shape}"
-        if want.dtype == object or want.dtype.kind in "USb":
-            if not np.array_equal(got, want):
-                return f"output {index}: values differ"
-        elif not np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True):
-            error = np.nanmax(np.abs(got.astype(np.float64) - want.astype(np.float64)))
-            return f"output {index}: values differ (max abs err {error:.3g})"
+        problem = _value_matches(want, got, rtol, atol)
+        if problem:
+            return f"output {index}: {problem}"
+    return None
+
+
+def _value_matches(want: Any, got: Any, rtol: float, atol: float) -> str | None:
+    """None when ``got`` matches ``want``: arrays by dtype, shape and values; sequences (lists) element-wise;
+    empty optionals (None) only by None."""
+    if want is None or got is None:
+        return None if want is None and got is None else \
+            f"{'an empty optional' if got is None else type(got).__name__}, expected {'an empty optional' if want is None else 'a value'}"
+    if isinstance(want, (list, tuple)) or isinstance(got, (list, tuple)):
+        if not isinstance(want, (list, tuple)) or not isinstance(got, (list, tuple)):
+            return f"{'a sequence' if isinstance(got, (list, tuple)) else 'a tensor'}, expected " \
+                   f"{'a sequence' if isinstance(want, (list, tuple)) else 'a tensor'}"
+        if len(got) != len(want):
+            return f"a sequence of {len(got)} tensors, expected {len(want)}"
+        for position, (w, g) in enumerate(zip(want, got)):
+            problem = _value_matches(w, g, rtol, atol)
+            if problem:
+                return f"element {position}: {problem}"
+        return None
+    want = np.asarray(want)
+    got = np.asarray(got)
+    if want.dtype != object and got.dtype != want.dtype:
+        return f"dtype {got.dtype}, expected {want.dtype}"
+    if got.shape != want.shape:
+        return f"shape {got.shape}, expected {want.shape}"
+    if want.dtype == object or want.dtype.kind in "USb":
+        if not np.array_equal(got, want):
+            return "values differ"
+    elif not np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True):
+        error = np.nanmax(np.abs(got.astype(np.float64) - want.astype(np.float64)))
+        return f"values differ (max abs err {error:.3g})"
     return None
 
 

@@ -50,47 +50,87 @@ class GraphExecutor(abc.ABC):
     def inference_and_backprop(self, inputs: Mapping[str, Any], y: str = "loss") -> dict[str, np.ndarray]:
         """Compute the outputs in training mode and the gradients of ``y`` w.r.t. the trainable parameters."""
 
-    def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Validate ``inputs`` against the network's declared inputs (see :func:`check_inputs`)."""
         return check_inputs(self.network.inputs, inputs)
 
 
-def check_inputs(declared: Mapping[str, TensorInfo], inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def check_inputs(declared: Mapping[str, TensorInfo], inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Return ``inputs`` as arrays of the declared dtypes, or raise a d5 error naming the bad tensor.
 
     Arrays of the same kind (a float64 array for a float32 input, int32 labels for int64) are cast; a
     different kind (floats for an integer input), a wrong rank or a wrong fixed dimension raise
     :class:`ShapeError` with the expected and actual shapes. Symbolic dimensions (``'N'``) match any size
     but must agree across inputs.
+
+    A sequence input takes a list (or tuple) of arrays and becomes a new list of checked arrays (the
+    elements may differ in their symbolic or unknown dimensions); an optional input also takes ``None``
+    (empty). A list of arrays for a tensor input, or an array for a sequence input, raises ShapeError.
     """
-    checked: dict[str, np.ndarray] = {}
+    checked: dict[str, Any] = {}
     bindings: dict[str, tuple[int, str]] = {}
     for name, value in inputs.items():
         info = declared.get(name)
         if info is None:
             raise GraphError(f"unknown input {name!r}; the network's inputs are {sorted(declared)}")
-        array = value if isinstance(value, np.ndarray) else np.asarray(value)
-        if array.dtype != info.dtype:
-            if array.dtype.kind != info.dtype.kind and not (array.dtype.kind in "iu" and info.dtype.kind in "iu"):
-                raise ShapeError(f"input {name!r}: expected dtype {info.dtype}, got {array.dtype}; "
-                                 f"convert it with .astype({str(info.dtype)!r})")
-            array = array.astype(info.dtype)
-        if info.shape is not None:
-            _check_shape(info, array.shape, bindings)
-        checked[name] = array
+        if value is None:
+            if not info.is_optional:
+                raise ShapeError(f"input {name!r}: got None, but it is a {info.describe_type()}, not an optional; "
+                                 "feed a value (None means an empty optional)")
+            checked[name] = None
+        elif info.is_sequence:
+            if not isinstance(value, (list, tuple)):
+                raise ShapeError(f"input {name!r} is a {info.describe_type()}: feed a list of arrays, got "
+                                 f"{type(value).__name__}" + (f" of shape {value.shape}; wrap it as [array] or split it "
+                                                               "with list(array)" if isinstance(value, np.ndarray) else ""))
+            checked[name] = [_check_tensor(info, item, None, f"element {i} of ") for i, item in enumerate(value)]
+        else:
+            if isinstance(value, (list, tuple)) and any(isinstance(item, (np.ndarray, list, tuple)) and
+                                                        not _is_nested_numbers(item) for item in value):
+                raise ShapeError(f"input {name!r} is a {info.describe_type()}, but got a {type(value).__name__} of "
+                                 "arrays (a sequence); stack it into one array with np.stack, or declare the input "
+                                 "with kind='sequence'")
+            checked[name] = _check_tensor(info, value, bindings)
     return checked
 
 
-def _check_shape(info: TensorInfo, shape: tuple[int, ...], bindings: dict[str, tuple[int, str]]) -> None:
+def _is_nested_numbers(value: Any) -> bool:
+    """True for nested lists of numbers (a tensor written as Python lists), False if arrays are inside."""
+    if isinstance(value, np.ndarray):
+        return False
+    if isinstance(value, (list, tuple)):
+        return all(_is_nested_numbers(item) for item in value)
+    return True
+
+
+def _check_tensor(info: TensorInfo, value: Any, bindings: dict[str, tuple[int, str]] | None,
+                  where: str = "") -> np.ndarray:
+    name = info.name
+    try:
+        array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    except ValueError as err:  # ragged nested lists
+        raise ShapeError(f"{where}input {name!r}: cannot convert the {type(value).__name__} to an array ({err}); "
+                         f"feed a {info.describe_type()}") from None
+    if array.dtype != info.dtype:
+        if array.dtype.kind != info.dtype.kind and not (array.dtype.kind in "iu" and info.dtype.kind in "iu"):
+            raise ShapeError(f"{where}input {name!r}: expected dtype {info.dtype}, got {array.dtype}; "
+                             f"convert it with .astype({str(info.dtype)!r})")
+        array = array.astype(info.dtype)
+    if info.shape is not None:
+        _check_shape(info, array.shape, bindings if bindings is not None else {}, where)
+    return array
+
+
+def _check_shape(info: TensorInfo, shape: tuple[int, ...], bindings: dict[str, tuple[int, str]], where: str = "") -> None:
     expected = info.describe_shape()
     if len(shape) != len(info.shape):
-        raise ShapeError(f"input {info.name!r}: expected shape {expected} (rank {len(info.shape)}), "
+        raise ShapeError(f"{where}input {info.name!r}: expected shape {expected} (rank {len(info.shape)}), "
                          f"got {tuple(shape)} (rank {len(shape)})")
     for axis, (want, got) in enumerate(zip(info.shape, shape)):
         if isinstance(want, int) and want != got:
-            raise ShapeError(f"input {info.name!r}: expected shape {expected}, got {tuple(shape)} (axis {axis})")
+            raise ShapeError(f"{where}input {info.name!r}: expected shape {expected}, got {tuple(shape)} (axis {axis})")
         if isinstance(want, str):
             seen = bindings.setdefault(want, (got, info.name))
             if seen[0] != got:
-                raise ShapeError(f"input {info.name!r}: dimension {want!r} is {got} but input {seen[1]!r} has it as "
+                raise ShapeError(f"{where}input {info.name!r}: dimension {want!r} is {got} but input {seen[1]!r} has it as "
                                  f"{seen[0]} (shape {tuple(shape)}, expected {expected})")

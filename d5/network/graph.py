@@ -32,14 +32,43 @@ from d5.ops.operator import CustomOp
 Dim = int | str | None
 
 
+#: The kinds of value a graph input or tensor can hold, as in ONNX's type system: a tensor, a sequence of
+#: tensors (fed and returned as a Python list of arrays), an optional tensor or an optional sequence
+#: (``None`` when empty). ``shape`` and ``dtype`` always describe the tensors inside.
+VALUE_KINDS = ("tensor", "sequence", "optional", "optional_sequence")
+
+
 @dataclasses.dataclass(frozen=True)
 class TensorInfo:
     """Name, shape and dtype of a graph input or inferred tensor. A dimension is an int, a symbolic name
-    (``'N'``) or ``None`` (unknown)."""
+    (``'N'``) or ``None`` (unknown). ``kind`` is one of :data:`VALUE_KINDS`; for a sequence or an optional,
+    shape and dtype are those of its tensors (the elements of a sequence may differ in shape where the
+    shape leaves a dimension symbolic or unknown)."""
 
     name: str
     shape: tuple[Dim, ...] | None
     dtype: np.dtype
+    kind: str = "tensor"
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.kind == "tensor"
+
+    @property
+    def is_sequence(self) -> bool:
+        """True for a sequence or an optional sequence (when the optional holds a value, it is a list)."""
+        return self.kind in ("sequence", "optional_sequence")
+
+    @property
+    def is_optional(self) -> bool:
+        return self.kind.startswith("optional")
+
+    def describe_type(self) -> str:
+        """E.g. ``'tensor(float32, (N, 3))'``, ``'sequence(tensor(int64, (?,)))'``, ``'optional(tensor(...))'``."""
+        text = f"tensor({self.dtype}, {self.describe_shape()})"
+        if self.is_sequence:
+            text = f"sequence({text})"
+        return f"optional({text})" if self.is_optional else text
 
     def describe_shape(self) -> str:
         if self.shape is None:
@@ -123,11 +152,19 @@ class Network:
         return names
 
     # ------------------------------------------------------------------ editing
-    def add_input(self, name: str, shape: Sequence[Dim] | None, dtype: Any = "float32") -> TensorInfo:
+    def add_input(self, name: str, shape: Sequence[Dim] | None, dtype: Any = "float32", kind: str = "tensor") -> TensorInfo:
         """Declare a graph input. Dimensions may be ints, symbolic names (``'N'``) or None; a shape of None
-        means even the rank is unknown (as ONNX allows)."""
+        means even the rank is unknown (as ONNX allows). ``kind`` (see :data:`VALUE_KINDS`) declares a
+        sequence of tensors (fed as a list of arrays) or an optional value (``None`` when empty); shape and
+        dtype then describe the tensors inside.
+
+        >>> Network().add_input("xs", ("N", 3), "float32", kind="sequence").describe_type()
+        'sequence(tensor(float32, (N, 3)))'
+        """
+        if kind not in VALUE_KINDS:
+            raise GraphError(f"input {name!r}: unknown kind {kind!r}; use one of {list(VALUE_KINDS)} (maps are not supported)")
         self._check_new_tensor(name)
-        info = TensorInfo(name, None if shape is None else tuple(shape), _as_dtype(dtype, name))
+        info = TensorInfo(name, None if shape is None else tuple(shape), _as_dtype(dtype, name), kind)
         self._inputs[name] = info
         self._edited()
         return info

@@ -22,12 +22,46 @@ from d5.network.graph import Network, Node, TensorInfo
 from d5.network.op_types import CUSTOM_DOMAIN, D5_DOMAIN
 
 
-def _value_info(name: str, dtype: np.dtype, shape):
+def _value_info(name: str, dtype: np.dtype, shape, kind: str = "tensor"):
+    """A ValueInfoProto of a tensor, or of a sequence / optional of tensors (``kind`` as in TensorInfo)."""
     from onnx import helper
 
     elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     dims = None if shape is None else [d if isinstance(d, (int, str)) else None for d in shape]
-    return helper.make_tensor_value_info(name, elem_type, dims)
+    if kind == "tensor":
+        return helper.make_tensor_value_info(name, elem_type, dims)
+    type_proto = helper.make_tensor_type_proto(elem_type, dims)
+    if kind in ("sequence", "optional_sequence"):
+        type_proto = helper.make_sequence_type_proto(type_proto)
+    if kind in ("optional", "optional_sequence"):
+        type_proto = helper.make_optional_type_proto(type_proto)
+    return helper.make_value_info(name, type_proto)
+
+
+def _info_from_type(name: str, type_proto) -> TensorInfo | None:
+    """The TensorInfo of an ONNX TypeProto (tensor, sequence of tensors, optional of those), or None when the
+    type is unknown or of another kind (maps, sparse tensors)."""
+    from onnx import helper
+
+    kind = type_proto.WhichOneof("value")
+    prefix = ""
+    if kind == "optional_type":
+        type_proto = type_proto.optional_type.elem_type
+        kind = type_proto.WhichOneof("value")
+        prefix = "optional_"
+    suffix = "tensor"
+    if kind == "sequence_type":
+        type_proto = type_proto.sequence_type.elem_type
+        kind = type_proto.WhichOneof("value")
+        suffix = "sequence"
+    if kind != "tensor_type" or not type_proto.tensor_type.elem_type:
+        return None
+    ttype = type_proto.tensor_type
+    shape = None
+    if ttype.HasField("shape"):
+        shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in ttype.shape.dim)
+    value_kind = "optional" if (prefix, suffix) == ("optional_", "tensor") else prefix + suffix
+    return TensorInfo(name, shape, np.dtype(helper.tensor_dtype_to_np_dtype(ttype.elem_type)), value_kind)
 
 
 def network_to_onnx(network: Network, infer_output_types: bool = True):
@@ -42,7 +76,7 @@ def network_to_onnx(network: Network, infer_output_types: bool = True):
 
     order = network.topological_order()
     nodes = [node_to_proto(node, network.opset) for node in order]
-    inputs = [_value_info(i.name, i.dtype, i.shape) for i in network.inputs.values()]
+    inputs = [_value_info(i.name, i.dtype, i.shape, i.kind) for i in network.inputs.values()]
     initializers = [numpy_helper.from_array(np.asarray(v, order="C"), name) for name, v in network.params.items()]
     outputs = [helper.make_empty_tensor_value_info(name) for name in network.outputs]
     graph = helper.make_graph(nodes, network.name, inputs, outputs, initializer=initializers)
@@ -57,7 +91,7 @@ def network_to_onnx(network: Network, infer_output_types: bool = True):
         for out in model.graph.output:
             info = inferred.get(out.name)
             if info is not None:
-                out.CopyFrom(_value_info(out.name, info.dtype, info.shape))
+                out.CopyFrom(_value_info(out.name, info.dtype, info.shape, info.kind))
         if not domains & {CUSTOM_DOMAIN, D5_DOMAIN}:  # the checker rejects domains it has no schemas for
             _check(model, network, full_check=False)
     return model
@@ -74,13 +108,9 @@ def _infer(model) -> dict[str, TensorInfo]:
     result = {}
     graph = inferred.graph
     for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
-        ttype = vi.type.tensor_type
-        if not ttype.elem_type:
-            continue
-        shape = None
-        if ttype.HasField("shape"):
-            shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in ttype.shape.dim)
-        result[vi.name] = TensorInfo(vi.name, shape, np.dtype(helper.tensor_dtype_to_np_dtype(ttype.elem_type)))
+        info = _info_from_type(vi.name, vi.type)
+        if info is not None:
+            result[vi.name] = info
     for init in graph.initializer:
         result[init.name] = TensorInfo(init.name, tuple(init.dims), np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)))
     return result

@@ -335,7 +335,11 @@ class _ModelImporter:
         known = {vi.name: vi for vi in list(inferred.value_info) + list(inferred.output) + list(inferred.input)}
         for out in incomplete:
             info = known.get(out.name)
-            if info is not None and info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape"):
+            if info is None:
+                continue
+            kind = info.type.WhichOneof("value")
+            if (kind == "tensor_type" and info.type.tensor_type.HasField("shape")) or \
+                    (kind in ("sequence_type", "optional_type") and out.type.WhichOneof("value") is None):
                 out.type.CopyFrom(info.type)
 
     # ------------------------------------------------------------------ building
@@ -352,8 +356,8 @@ class _ModelImporter:
             network.add_param(sparse.values.name, value, trainable=_is_float(value.dtype) and sparse.values.name not in fixed)
         for vi in graph.input:
             if vi.name not in network.params:
-                shape, dtype = _tensor_type(vi, f"graph input {vi.name!r}")
-                network.add_input(vi.name, shape, dtype)
+                shape, dtype, kind = _tensor_type(vi, f"graph input {vi.name!r}")
+                network.add_input(vi.name, shape, dtype, kind)
         names: set[str] = set()
         for index, proto in enumerate(graph.node):
             node = self._convert_node(proto, index, names)
@@ -364,6 +368,7 @@ class _ModelImporter:
         for out in graph.output:
             if out.name in network.outputs:
                 raise OnnxImportError(f"graph output {out.name!r} is listed twice; remove the duplicate")
+            _refuse_unsupported_type(out.type, f"graph output {out.name!r}")
             network.add_output(out.name)
         try:
             network.validate()
@@ -472,13 +477,47 @@ def _sparse_to_array(sparse, where: str) -> np.ndarray:
 
 
 def _tensor_type(value_info, where: str):
+    """``(shape, dtype, kind)`` of a graph input's type: a tensor, a sequence of tensors, or an optional of
+    either (see :data:`d5.network.graph.VALUE_KINDS`). Maps, sparse tensors and deeper nesting are refused."""
+    vtype = value_info.type
+    kind = vtype.WhichOneof("value")
+    prefix = ""
+    if kind == "optional_type":
+        prefix, vtype = "optional_", vtype.optional_type.elem_type
+        kind = vtype.WhichOneof("value")
+        if kind == "tensor_type":
+            prefix = "optional"
+    if kind == "sequence_type":
+        vtype = vtype.sequence_type.elem_type
+        inner = vtype.WhichOneof("value")
+        if inner != "tensor_type":
+            raise OnnxImportError(f"{where} is a sequence of {inner or 'unset type'}; d5 supports sequences of tensors "
+                                  "only. Flatten the nested sequence or optional into a sequence of tensors")
+        shape, dtype = _plain_tensor_type(vtype.tensor_type, where)
+        return shape, dtype, prefix + "sequence"
+    if kind == "tensor_type":
+        shape, dtype = _plain_tensor_type(vtype.tensor_type, where)
+        return shape, dtype, prefix or "tensor"
+    what = {"map_type": "a map", "sparse_tensor_type": "a sparse tensor", "opaque_type": "an opaque value",
+            None: "an unset type"}.get(kind, kind)
+    raise OnnxImportError(f"{where} has {what} type{' (inside an optional)' if prefix else ''}; d5 supports tensors, "
+                          "sequences of tensors and optionals of those only. Feed it as a dense tensor (or a "
+                          "sequence of them) instead")
+
+
+def _refuse_unsupported_type(vtype, where: str) -> None:
+    """Raise OnnxImportError if a (possibly untyped) output type holds a map, sparse tensor or opaque value."""
+    kind = vtype.WhichOneof("value")
+    if kind in ("optional_type", "sequence_type"):
+        _refuse_unsupported_type(getattr(vtype, kind).elem_type, where)
+    elif kind in ("map_type", "sparse_tensor_type", "opaque_type"):
+        raise OnnxImportError(f"{where} has {kind.replace('_type', '').replace('_', ' ')} type; d5 supports tensors, "
+                              "sequences of tensors and optionals of those only. Return dense tensors instead")
+
+
+def _plain_tensor_type(ttype, where: str):
     from onnx import helper
 
-    kind = value_info.type.WhichOneof("value")
-    if kind != "tensor_type":
-        raise OnnxImportError(f"{where} has type {kind or 'unset'}; d5 supports tensor inputs only (no sequences, "
-                              "maps or optionals). Feed it as a tensor")
-    ttype = value_info.type.tensor_type
     try:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(ttype.elem_type))
     except (KeyError, TypeError, ValueError):

@@ -63,12 +63,25 @@ class ReferenceBackend(onnx.backend.base.Backend):
         """Run one NodeProto by wrapping it in a model (inputs typed from the given arrays)."""
         from onnx import helper
 
-        arrays = [np.asarray(x) for x in inputs]
-        graph_inputs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-                        for name, a in zip(node.input, arrays) if name]
+        arrays = [list(x) if isinstance(x, (list, tuple)) else x if x is None else np.asarray(x) for x in inputs]
+        graph_inputs = [_value_info_of(name, a) for name, a in zip(node.input, arrays) if name]
         graph_outputs = [helper.make_empty_tensor_value_info(name) for name in node.output if name]
         graph = helper.make_graph([node], "node", graph_inputs, graph_outputs)
         opset = kwargs.pop("opset_version", None) or onnx.defs.onnx_opset_version()
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid(node.domain or "", opset)])
         feeds = [a for name, a in zip(node.input, arrays) if name]
         return cls.run_model(model, feeds, device, **kwargs)
+
+
+def _value_info_of(name: str, value: Any):
+    """A graph input typed from a fed value: an array is a tensor, a list a sequence of tensors (typed from
+    its first element; float32 when empty) and None an empty optional float32 tensor."""
+    from onnx import TensorProto, helper
+
+    if isinstance(value, np.ndarray):
+        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
+    if isinstance(value, list):
+        elem = helper.np_dtype_to_tensor_dtype(np.asarray(value[0]).dtype) if value else TensorProto.FLOAT
+        return helper.make_tensor_sequence_value_info(name, elem, None)
+    return helper.make_value_info(name, helper.make_optional_type_proto(
+        helper.make_tensor_type_proto(TensorProto.FLOAT, None)))

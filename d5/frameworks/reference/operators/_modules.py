@@ -19,3 +19,5 @@ from d5.frameworks.reference.operators import (  # noqa: F401
 from d5.frameworks.reference.operators import image_ops, misc_ops  # noqa: F401,E402
 from d5.frameworks.reference.operators import attention, rms_rotary  # noqa: F401,E402
 from d5.frameworks.reference.operators import integer_ops, quantization  # noqa: F401,E402
+from d5.frameworks.reference.operators import signal_roi_ops, string_ops  # noqa: F401,E402
+from d5.frameworks.reference.operators import sequence_ops  # noqa: F401,E402

@@ -39,7 +39,8 @@ class OnnxReferenceFallbackOp(ReferenceOp):
         except Exception as err:  # same as above: surface a d5 error naming the operator
             raise UnsupportedOperatorError(f"{self.op_type} (onnx.reference fallback) failed: "
                                            f"{type(err).__name__}: {err}") from None
-        return tuple(np.asarray(r) for r in results)
+        # Sequences (lists) and empty optionals (None) pass through as they are.
+        return tuple(r if r is None or isinstance(r, list) else np.asarray(r) for r in results)
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
         raise UnsupportedOperatorError(

@@ -24,8 +24,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from d5.errors import ShapeError, UnsupportedOperatorError
-from d5.frameworks.reference.operators.registry import ReferenceOp, register
+from d5.errors import ShapeError
+from d5.frameworks.reference.operators.registry import NonDifferentiableOp, ReferenceOp, register
 
 
 def _text(value: Any) -> str:
@@ -46,18 +46,6 @@ def _cast_like(values: np.ndarray, like: np.ndarray) -> np.ndarray:
         info = np.iinfo(like.dtype)
         return np.clip(np.rint(values), info.min, info.max).astype(like.dtype)
     return values.astype(like.dtype)
-
-
-def _no_gradient(op_name: str):
-    raise UnsupportedOperatorError(f"{op_name} has no gradient in d5; stop backpropagation before it "
-                                   "(its output is treated as a constant)")
-
-
-class _NonDifferentiable(ReferenceOp):
-    differentiable = False
-
-    def backward(self, grads, fwd_inputs, fwd_outputs):
-        _no_gradient(type(self).__name__)
 
 
 def _apply_along(matrix: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
@@ -268,7 +256,7 @@ def _reflect(x: np.ndarray, low: float, high: float) -> np.ndarray:
 
 
 @register("GridSample")
-class GridSample(_NonDifferentiable):
+class GridSample(NonDifferentiableOp):
     """Sample ``X`` (N, C, *spatial) at the normalized coordinates of ``grid`` (N, *out, ndim), last axis
     in (x, y[, z]) order, with ``mode`` nearest / linear / cubic (opset 16: bilinear / bicubic)."""
 
@@ -461,7 +449,7 @@ class DepthToSpace(ReferenceOp):
 # ----------------------------------------------------------------------------------------- LpPool, Col2Im
 
 @register("LpPool")
-class LpPool(_NonDifferentiable):
+class LpPool(NonDifferentiableOp):
     """``(sum |x|^p)^(1/p)`` over sliding windows (N-D; zero padding, auto_pad, dilations, ceil_mode)."""
 
     def __init__(self, kernel_shape: Sequence[int] | None = None, p: float = 2, auto_pad: str = "NOTSET",
@@ -516,7 +504,7 @@ class LpPool(_NonDifferentiable):
 
 
 @register("Col2Im")
-class Col2Im(_NonDifferentiable):
+class Col2Im(NonDifferentiableOp):
     """Sum the columns of ``input`` (N, C*prod(block), L) back into an image of ``image_shape`` (the inverse
     layout of im2col, overlapping blocks added)."""
 
@@ -556,7 +544,7 @@ class Col2Im(_NonDifferentiable):
 
 
 @register("CenterCropPad")
-class CenterCropPad(_NonDifferentiable):
+class CenterCropPad(NonDifferentiableOp):
     """Center-crop or zero-pad ``input_data`` to ``shape`` along ``axes`` (default: all)."""
 
     def __init__(self, axes: Sequence[int] | None = None) -> None:

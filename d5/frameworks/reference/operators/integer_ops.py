@@ -19,20 +19,17 @@ import numpy as np
 
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.reference.operators.elementwise import broadcast_error, ensure_array
-from d5.frameworks.reference.operators.registry import ReferenceOp, register
+from d5.frameworks.reference.operators.registry import NonDifferentiableOp, ReferenceOp, register
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class _NoGradient(ReferenceOp):
+class _NoGradient(NonDifferentiableOp):
     """Operators whose outputs are integers, bits or indices: d5 defines no gradient for them."""
 
-    differentiable = False
-
-    def backward(self, grads, fwd_inputs, fwd_outputs):
-        raise UnsupportedOperatorError(f"{type(self).__name__} has no gradient in d5 (its outputs are discrete)")
+    no_gradient_reason = "its outputs are discrete"
 
 
 def _require_integer(op_name: str, *arrays: np.ndarray) -> None:

@@ -1,10 +1,11 @@
 """Reference math, comparison and logic operators (ONNX semantics, newest opset).
 
 Clip, Gelu, Erf, Reciprocal, Floor, Ceil, Round, Sign, Min, Max, Sum, Mean, Equal, Less, Greater,
-LessOrEqual, GreaterOrEqual, Not, And, Or, Xor, Sin, Cos, HardSigmoid, Softplus, Softsign, Selu, PRelu, Mod,
-IsNaN, IsInf. Binary and variadic operators broadcast as numpy does; outputs keep the input's dtype
-(comparisons, logic and IsNaN/IsInf give bool and set ``differentiable = False``). Piecewise-constant
-operators (Floor, Ceil, Round, Sign) have a zero gradient, as in PyTorch.
+LessOrEqual, GreaterOrEqual, Not, And, Or, Xor, Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh,
+HardSigmoid, Softplus, Softsign, Selu, PRelu, Mod, IsNaN, IsInf. Binary and variadic operators broadcast as numpy
+does; outputs keep the input's dtype (comparisons, logic and IsNaN/IsInf give bool and set
+``differentiable = False``). Piecewise-constant operators (Floor, Ceil, Round, Sign) have a zero gradient, as in
+PyTorch. Inverse trigonometric functions give NaN outside their domain (no warning).
 
 >>> import numpy as np
 >>> from d5.frameworks.reference.operators import create_operator
@@ -77,6 +78,15 @@ Erf = _unary("Erf", scipy.special.erf, lambda x, y: _TWO_OVER_SQRT_PI * np.exp(-
 Reciprocal = _unary("Reciprocal", np.reciprocal, lambda x, y: -(y * y), "``1 / X``.")
 Sin = _unary("Sin", np.sin, lambda x, y: np.cos(x), "Sine.")
 Cos = _unary("Cos", np.cos, lambda x, y: -np.sin(x), "Cosine.")
+Tan = _unary("Tan", np.tan, lambda x, y: 1 + y * y, "Tangent.")
+Asin = _unary("Asin", np.arcsin, lambda x, y: 1 / np.sqrt(1 - x * x), "Arcsine (NaN outside [-1, 1]).")
+Acos = _unary("Acos", np.arccos, lambda x, y: -1 / np.sqrt(1 - x * x), "Arccosine (NaN outside [-1, 1]).")
+Atan = _unary("Atan", np.arctan, lambda x, y: 1 / (1 + x * x), "Arctangent.")
+Sinh = _unary("Sinh", np.sinh, lambda x, y: np.cosh(x), "Hyperbolic sine.")
+Cosh = _unary("Cosh", np.cosh, lambda x, y: np.sinh(x), "Hyperbolic cosine.")
+Asinh = _unary("Asinh", np.arcsinh, lambda x, y: 1 / np.sqrt(x * x + 1), "Inverse hyperbolic sine.")
+Acosh = _unary("Acosh", np.arccosh, lambda x, y: 1 / np.sqrt(x * x - 1), "Inverse hyperbolic cosine (NaN below 1).")
+Atanh = _unary("Atanh", np.arctanh, lambda x, y: 1 / (1 - x * x), "Inverse hyperbolic tangent (NaN outside [-1, 1]).")
 Softplus = _unary("Softplus", lambda x: np.logaddexp(_scalar(x, 0), x), lambda x, y: scipy.special.expit(x),
                   "``log(1 + exp(X))``, computed without overflow.")
 Softsign = _unary("Softsign", lambda x: x / (1 + np.abs(x)), lambda x, y: 1 / np.square(1 + np.abs(x)),

@@ -21,30 +21,18 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from d5.errors import ShapeError, UnsupportedOperatorError
-from d5.frameworks.reference.operators.registry import ReferenceOp, register
+from d5.errors import ShapeError
+from d5.frameworks.reference.operators.registry import NonDifferentiableOp, ReferenceOp, register
 
 
 def _optional(inputs: Sequence[Any], index: int) -> Any:
     return inputs[index] if len(inputs) > index else None
 
 
-def _no_gradient(op_name: str):
-    raise UnsupportedOperatorError(f"{op_name} has no gradient in d5; stop backpropagation before it "
-                                   "(its output is treated as a constant)")
-
-
 def _axis(op_name: str, axis: int, ndim: int) -> int:
     if not -ndim <= axis < max(ndim, 1):
         raise ShapeError(f"{op_name}: axis {axis} is out of range for a {ndim}-D tensor; use [{-ndim}, {ndim})")
     return axis % max(ndim, 1)
-
-
-class _NonDifferentiable(ReferenceOp):
-    differentiable = False
-
-    def backward(self, grads, fwd_inputs, fwd_outputs):
-        _no_gradient(type(self).__name__)
 
 
 # ------------------------------------------------------------------------------------- differentiable ops
@@ -117,7 +105,7 @@ class CumSum(ReferenceOp):
 
 
 @register("CumProd")
-class CumProd(_NonDifferentiable):
+class CumProd(NonDifferentiableOp):
     """Cumulative product along the axis given as the second input; ``exclusive`` / ``reverse`` as in ONNX."""
 
     def __init__(self, exclusive: int = 0, reverse: int = 0) -> None:
@@ -267,7 +255,7 @@ class GatherND(ReferenceOp):
 # ---------------------------------------------------------------------------------- non-differentiable ops
 
 @register("TopK")
-class TopK(_NonDifferentiable):
+class TopK(NonDifferentiableOp):
     """The ``k`` largest (or smallest) values along ``axis`` and their int64 indices; ties keep the lower index.
 
     ``k`` is the second input (opset 10+) or the attribute (opset 1).
@@ -302,7 +290,7 @@ class TopK(_NonDifferentiable):
 
 
 @register("OneHot")
-class OneHot(_NonDifferentiable):
+class OneHot(NonDifferentiableOp):
     """One-hot encode ``indices`` with ``depth`` classes along a new ``axis``; ``values`` = [off, on].
 
     >>> OneHot().forward([np.array([0, 2]), np.array(3), np.array([0., 1.])])
@@ -326,7 +314,7 @@ class OneHot(_NonDifferentiable):
 
 
 @register("Hardmax")
-class Hardmax(_NonDifferentiable):
+class Hardmax(NonDifferentiableOp):
     """1 at the first maximum along ``axis`` (opset 13 semantics), 0 elsewhere."""
 
     def __init__(self, axis: int = -1) -> None:
@@ -343,7 +331,7 @@ class Hardmax(_NonDifferentiable):
 
 
 @register("EyeLike")
-class EyeLike(_NonDifferentiable):
+class EyeLike(NonDifferentiableOp):
     """A 2-D identity-like matrix shaped like the input, ones on diagonal ``k``, of ``dtype`` (default: the
     input's)."""
 
@@ -361,7 +349,7 @@ class EyeLike(_NonDifferentiable):
 
 
 @register("ReverseSequence")
-class ReverseSequence(_NonDifferentiable):
+class ReverseSequence(NonDifferentiableOp):
     """Reverse the first ``sequence_lens[b]`` steps along ``time_axis`` of every batch entry ``b``."""
 
     def __init__(self, batch_axis: int = 1, time_axis: int = 0) -> None:
@@ -383,7 +371,7 @@ class ReverseSequence(_NonDifferentiable):
 
 
 @register("Compress")
-class Compress(_NonDifferentiable):
+class Compress(NonDifferentiableOp):
     """The slices of the input along ``axis`` (flattened when absent) where ``condition`` is true."""
 
     def __init__(self, axis: int | None = None) -> None:
@@ -409,7 +397,7 @@ def _reduction(op_name: str, reduction: str):
 
 
 @register("ScatterElements", "Scatter")
-class ScatterElements(_NonDifferentiable):
+class ScatterElements(NonDifferentiableOp):
     """A copy of ``data`` with ``updates`` written (or reduced) at ``indices`` along ``axis``."""
 
     def __init__(self, axis: int = 0, reduction: str = "none") -> None:
@@ -432,7 +420,7 @@ class ScatterElements(_NonDifferentiable):
 
 
 @register("ScatterND")
-class ScatterND(_NonDifferentiable):
+class ScatterND(NonDifferentiableOp):
     """A copy of ``data`` with ``updates`` written (or reduced) at the index tuples of ``indices``."""
 
     def __init__(self, reduction: str = "none") -> None:

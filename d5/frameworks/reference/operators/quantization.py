@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from d5.errors import ShapeError, UnsupportedOperatorError
-from d5.frameworks.reference.operators.registry import ReferenceOp, register
+from d5.frameworks.reference.operators.registry import NonDifferentiableOp, register
 
 # Saturation ranges by dtype name; the packed types have no np.iinfo.
 _RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
@@ -74,12 +74,8 @@ def _as_int(array: np.ndarray | None) -> np.ndarray | int:
     return 0 if array is None else np.asarray(array).astype(np.int32)
 
 
-class _Quantized(ReferenceOp):
-    differentiable = False
-
-    def backward(self, grads, fwd_inputs, fwd_outputs):
-        raise UnsupportedOperatorError(f"{type(self).__name__} has no gradient in d5 (its outputs are quantized "
-                                       f"integers); train in float and quantize afterwards")
+class _Quantized(NonDifferentiableOp):
+    no_gradient_reason = "its outputs are quantized integers; train in float and quantize afterwards"
 
 
 @register("QuantizeLinear")

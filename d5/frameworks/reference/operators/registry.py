@@ -20,6 +20,19 @@ class ReferenceOp(CustomOp):
     differentiable: bool = True
 
 
+class NonDifferentiableOp(ReferenceOp):
+    """Base of operators with no gradient (indices, strings, sequences, quantized values, ...): the executor
+    stops backpropagation at them, and ``backward`` raises an UnsupportedOperatorError that names the
+    operator and gives :attr:`no_gradient_reason`."""
+
+    differentiable = False
+    #: Why there is no gradient and what to do instead; subclasses refine it.
+    no_gradient_reason = "stop backpropagation before it (its output is treated as a constant)"
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        raise UnsupportedOperatorError(f"{type(self).__name__} has no gradient in d5; {self.no_gradient_reason}")
+
+
 def register(*op_types: str) -> Callable[[type[CustomOp]], type[CustomOp]]:
     """Class decorator: make the class the reference implementation of the ONNX ``op_types``."""
 

@@ -122,10 +122,10 @@ class Concat(ReferenceOp):
 
 @register("Identity")
 class Identity(ReferenceOp):
-    """Returns its input unchanged (the same array)."""
+    """Returns its input unchanged (the same array, or the same sequence or optional value)."""
 
     def forward(self, inputs):
-        return inputs[0]
+        return (inputs[0],)  # a 1-tuple: a sequence (a list) is one output, not several
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
         return grads[0]

@@ -1,0 +1,219 @@
+"""Reference TensorScatter, RoiAlign and DFT (ONNX semantics, newest opset; DFT's opset-17 ``axis`` attribute
+is accepted too).
+
+TensorScatter has a gradient (to ``past_cache`` and ``update``). RoiAlign and DFT are forward only: they set
+``differentiable = False`` and their ``backward`` raises.
+
+>>> import numpy as np
+>>> from d5.frameworks.reference.operators import create_operator
+>>> cache = np.zeros((1, 4, 1))
+>>> create_operator("TensorScatter", {}).forward([cache, np.ones((1, 2, 1)), np.array([1])])[0, :, 0]
+array([0., 1., 1., 0.])
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from d5.errors import ShapeError
+from d5.frameworks.reference.operators.image_ops import _optional_array, _text
+from d5.frameworks.reference.operators.misc_ops import _axis
+from d5.frameworks.reference.operators.registry import NonDifferentiableOp, ReferenceOp, register
+
+
+# ----------------------------------------------------------------------------------------- TensorScatter
+
+@register("TensorScatter")
+class TensorScatter(ReferenceOp):
+    """Write ``update`` into a copy of ``past_cache`` along the sequence ``axis`` (never 0, the batch axis),
+    starting for batch ``b`` at ``write_indices[b]`` (default 0). ``mode='circular'`` wraps the positions modulo
+    the cache length; ``mode='linear'`` requires ``write_indices[b] + sequence_length <= max_sequence_length``.
+    """
+
+    def __init__(self, axis: int = -2, mode: Any = "linear") -> None:
+        super().__init__()
+        self.axis = int(axis)
+        self.mode = _text(mode)
+        if self.mode not in ("linear", "circular"):
+            raise ShapeError(f"TensorScatter: mode must be 'linear' or 'circular', got {self.mode!r}")
+
+    def _positions(self, inputs) -> tuple[int, list[np.ndarray]]:
+        """The (positive) axis and, per batch element, the cache positions that update rows are written to."""
+        cache, update = np.asarray(inputs[0]), np.asarray(inputs[1])
+        if cache.ndim < 2:
+            raise ShapeError(f"TensorScatter: past_cache needs a batch and a sequence axis, got shape {cache.shape}")
+        axis = _axis("TensorScatter", self.axis, cache.ndim)
+        if axis == 0:
+            raise ShapeError("TensorScatter: axis cannot be 0 (the batch axis)")
+        if (update.ndim != cache.ndim or update.shape[axis] > cache.shape[axis]
+                or any(u != c for i, (u, c) in enumerate(zip(update.shape, cache.shape)) if i != axis)):
+            raise ShapeError(f"TensorScatter: update shape {update.shape} must equal past_cache shape {cache.shape} "
+                             f"except along axis {axis}, where it may not be longer")
+        batch, length, steps = cache.shape[0], cache.shape[axis], update.shape[axis]
+        indices = _optional_array(inputs, 2)
+        indices = np.zeros(batch, np.int64) if indices is None else indices.astype(np.int64).reshape(-1)
+        if indices.shape != (batch,):
+            raise ShapeError(f"TensorScatter: write_indices must have shape ({batch},), got {indices.shape}")
+        positions = []
+        for start in indices:
+            rows = start + np.arange(steps)
+            if self.mode == "circular":
+                rows %= length
+            elif steps and (start < 0 or start + steps > length):
+                raise ShapeError(f"TensorScatter: write index {start} + sequence length {steps} exceeds the cache "
+                                 f"length {length} (mode='linear'); use mode='circular' to wrap around")
+            positions.append(rows)
+        return axis, positions
+
+    @staticmethod
+    def _along(axis: int, rows) -> tuple:
+        # Index of one batch element's slice (batch axis dropped) picking ``rows`` on ``axis``.
+        return (slice(None),) * (axis - 1) + (rows,)
+
+    def forward(self, inputs):
+        cache, update = inputs[0], inputs[1]
+        axis, positions = self._positions(inputs)
+        out = np.array(cache, copy=True)
+        for b, rows in enumerate(positions):
+            out[b][self._along(axis, rows)] = update[b]
+        return out
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        g = np.asarray(grads[0])
+        axis, positions = self._positions(fwd_inputs)
+        grad_cache = g.copy()
+        grad_update = np.empty(np.shape(fwd_inputs[1]), dtype=g.dtype)
+        for b, rows in enumerate(positions):
+            grad_update[b] = g[b][self._along(axis, rows)]
+            grad_cache[b][self._along(axis, rows)] = 0
+        return (grad_cache, grad_update) + (None,) * (len(fwd_inputs) - 2)
+
+
+# ---------------------------------------------------------------------------------------------- RoiAlign
+
+def _sample_axis(start: float, bin_size: float, bins: int, grid: int, size: int):
+    """Bilinear sampling along one axis of RoiAlign: for the ``bins * grid`` sample points, the low and high
+    pixel indices and their weights (zero for points outside ``[-1, size]``), as onnxruntime computes them."""
+    points = start + np.arange(bins)[:, None] * bin_size + (np.arange(grid)[None, :] + 0.5) * bin_size / grid
+    points = points.reshape(-1)
+    outside = (points < -1.0) | (points > size)
+    points = np.maximum(points, 0.0)
+    low = points.astype(np.int64)
+    at_edge = low >= size - 1
+    low = np.where(at_edge, size - 1, low)
+    high = np.where(at_edge, size - 1, low + 1)
+    points = np.where(at_edge, low, points)
+    frac = points - low
+    keep = ~outside
+    return low, high, (1.0 - frac) * keep, frac * keep
+
+
+@register("RoiAlign")
+class RoiAlign(NonDifferentiableOp):
+    """Pool each region ``rois[r] = [x1, y1, x2, y2]`` (scaled by ``spatial_scale``) of image
+    ``batch_indices[r]`` of ``X`` (N, C, H, W) into an ``output_height x output_width`` grid: each bin averages
+    (``mode='avg'``) or takes the max (``mode='max'``) of bilinear samples on a ``sampling_ratio`` grid
+    (adaptive ``ceil(roi_size / output_size)`` when 0). ``coordinate_transformation_mode='half_pixel'`` shifts the
+    coordinates by -0.5; ``'output_half_pixel'`` does not and enlarges degenerate regions to 1x1.
+
+    Max mode follows onnxruntime and the ONNX reference: the max is taken over the weighted corner terms
+    ``w_i * X[corner_i]`` of each sample, not over interpolated values. Forward only.
+    """
+
+    def __init__(self, coordinate_transformation_mode: Any = "half_pixel", mode: Any = "avg", output_height: int = 1,
+                 output_width: int = 1, sampling_ratio: int = 0, spatial_scale: float = 1.0) -> None:
+        super().__init__()
+        self.half_pixel = _text(coordinate_transformation_mode) == "half_pixel"
+        if _text(coordinate_transformation_mode) not in ("half_pixel", "output_half_pixel"):
+            raise ShapeError("RoiAlign: coordinate_transformation_mode must be 'half_pixel' or 'output_half_pixel', "
+                             f"got {_text(coordinate_transformation_mode)!r}")
+        self.mode = _text(mode).lower()
+        if self.mode not in ("avg", "max"):
+            raise ShapeError(f"RoiAlign: mode must be 'avg' or 'max', got {_text(mode)!r}")
+        self.out_h, self.out_w = int(output_height), int(output_width)
+        if self.out_h < 1 or self.out_w < 1:
+            raise ShapeError(f"RoiAlign: output_height and output_width must be >= 1, got {self.out_h}, {self.out_w}")
+        self.sampling_ratio, self.spatial_scale = int(sampling_ratio), float(spatial_scale)
+
+    def forward(self, inputs):
+        x, rois, batch_indices = (np.asarray(v) for v in inputs[:3])
+        if x.ndim != 4:
+            raise ShapeError(f"RoiAlign: X must be 4-D (N, C, H, W), got shape {x.shape}")
+        if rois.ndim != 2 or rois.shape[1] != 4 or batch_indices.shape != (rois.shape[0],):
+            raise ShapeError(f"RoiAlign: rois must be (num_rois, 4) and batch_indices (num_rois,), got {rois.shape} "
+                             f"and {batch_indices.shape}")
+        n, channels, height, width = x.shape
+        if batch_indices.size and (batch_indices.min() < 0 or batch_indices.max() >= n):
+            raise ShapeError(f"RoiAlign: batch_indices must lie in [0, {n}), got {batch_indices.tolist()}")
+        out = np.zeros((rois.shape[0], channels, self.out_h, self.out_w), dtype=np.float64)
+        offset = 0.5 if self.half_pixel else 0.0
+        for r, (box, image) in enumerate(zip(rois.astype(np.float64), batch_indices.astype(np.int64))):
+            x1, y1, x2, y2 = box * self.spatial_scale - offset
+            roi_w, roi_h = x2 - x1, y2 - y1
+            if not self.half_pixel:
+                roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
+            bin_h, bin_w = roi_h / self.out_h, roi_w / self.out_w
+            grid_h = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_h / self.out_h))
+            grid_w = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_w / self.out_w))
+            if grid_h <= 0 or grid_w <= 0:
+                continue  # no sample points: the bins stay 0, as in onnxruntime
+            y_low, y_high, wy_low, wy_high = _sample_axis(y1, bin_h, self.out_h, grid_h, height)
+            x_low, x_high, wx_low, wx_high = _sample_axis(x1, bin_w, self.out_w, grid_w, width)
+            image_x = x[image].astype(np.float64)
+            corners = [image_x[:, ys][:, :, xs] * (wy[:, None] * wx[None, :])
+                       for ys, wy in ((y_low, wy_low), (y_high, wy_high))
+                       for xs, wx in ((x_low, wx_low), (x_high, wx_high))]
+            shape = (channels, self.out_h, grid_h, self.out_w, grid_w)
+            if self.mode == "avg":
+                out[r] = sum(corners).reshape(shape).sum(axis=(2, 4)) / (grid_h * grid_w)
+            else:
+                out[r] = np.maximum.reduce(corners).reshape(shape).max(axis=(2, 4))
+        return out.astype(x.dtype)
+
+
+# --------------------------------------------------------------------------------------------------- DFT
+
+@register("DFT")
+class DFT(NonDifferentiableOp):
+    """Discrete Fourier transform of a real (``[..., 1]``) or complex (``[..., 2]``: real, imaginary) signal
+    along ``axis`` (input 3 of opset 20, default -2; or the opset-17 attribute), zero-padded or cut to
+    ``dft_length``. ``inverse`` gives the inverse transform (scaled by 1/n); ``onesided`` keeps the
+    ``n // 2 + 1`` non-redundant frequencies of a real signal's transform, or with ``inverse`` takes such a
+    half spectrum to a real signal (irfft; ``dft_length`` defaults to ``2 * (len - 1)``). Forward only.
+
+    A node with neither the attribute nor the input uses opset 20's default -2; opset 17-19's default was 1,
+    which is the same axis for the usual ``[batch, signal, 1|2]`` input.
+    """
+
+    def __init__(self, axis: int | None = None, inverse: int = 0, onesided: int = 0) -> None:
+        super().__init__()
+        self.axis, self.inverse, self.onesided = axis, bool(inverse), bool(onesided)
+
+    def forward(self, inputs):
+        x = np.asarray(inputs[0])
+        if x.ndim < 2 or x.shape[-1] not in (1, 2):
+            raise ShapeError(f"DFT: input must be [..., 1] (real) or [..., 2] (complex), got shape {x.shape}")
+        length, axis_input = _optional_array(inputs, 1), _optional_array(inputs, 2)
+        if axis_input is not None:
+            axis = int(axis_input.reshape(-1)[0])
+        else:
+            axis = -2 if self.axis is None else int(self.axis)
+        if not -x.ndim <= axis <= x.ndim - 2 or axis == -1:
+            raise ShapeError(f"DFT: axis {axis} must be a signal axis of the rank-{x.ndim} input: "
+                             f"[{-x.ndim}, -2] or [0, {x.ndim - 2}]")
+        axis %= x.ndim
+        signal = x[..., 0].astype(np.float64) if x.shape[-1] == 1 else x[..., 0] + 1j * x[..., 1].astype(np.float64)
+        if length is not None:
+            n = int(length.reshape(-1)[0])
+        else:
+            n = 2 * (x.shape[axis] - 1) if self.inverse and self.onesided else x.shape[axis]
+        if n < 1:
+            raise ShapeError(f"DFT: dft_length must be >= 1, got {n}")
+        if self.inverse and self.onesided:
+            return np.fft.irfft(signal, n=n, axis=axis)[..., None].astype(x.dtype)
+        result = (np.fft.ifft if self.inverse else np.fft.fft)(signal, n=n, axis=axis)
+        if self.onesided:
+            result = np.take(result, np.arange(n // 2 + 1), axis=axis)
+        return np.stack([result.real, result.imag], axis=-1).astype(x.dtype)
