@@ -106,6 +106,14 @@ class Network:
         self._outputs: list[str] = []
         self._tensors: dict[str, np.ndarray] = {}  # live non-parameter tensors (gradients, activations)
         self._order: list[Node] | None = None  # cached topological order, reset by every edit
+        #: True for a control-flow body (the graph attribute of If, Loop, Scan): it may read tensors of the
+        #: enclosing graphs by name (its :attr:`captures`), which the enclosing graph's validation checks.
+        self.is_subgraph = False
+        #: The imported model's declared ONNX types of the graph outputs (and, for a subgraph, inputs), by name;
+        #: None for one declared without a type (ONNX allows that in bodies). Export writes a body's signature
+        #: back as it was (Loop and Scan shape inference needs typed body outputs and must not see invented
+        #: types), and a graph output's declared type where ONNX inference finds no rank (Loop's results).
+        self.declared_types: dict[str, TensorInfo | None] = {}
 
     # ------------------------------------------------------------------ read access
     @property
@@ -144,6 +152,19 @@ class Network:
         if y not in self._inputs and y not in self._params and self._producer_of(y) is None:
             raise GraphError(f"cannot differentiate {y!r}: no tensor of that name{_suggest(y, self.tensor_names())}")
         return [(p, gradient_name(p)) for p in self.get_params()]
+
+    @property
+    def captures(self) -> list[str]:
+        """Outer-scope tensors this graph reads by name without defining them (sorted): the tensors a
+        control-flow body captures from its enclosing graphs, its nested bodies' captures included. Empty
+        for a valid top-level graph."""
+        defined = set(self._inputs) | set(self._params) | {""}
+        for node in self._nodes.values():
+            defined.update(node.outputs)
+        read = set(self._outputs)
+        for node in self._nodes.values():
+            read.update(node_reads(node))
+        return sorted(read - defined)
 
     def tensor_names(self) -> list[str]:
         names = list(self._inputs) + list(self._params)
@@ -248,8 +269,9 @@ class Network:
         clone._inputs = dict(self._inputs)
         clone._params = {k: v.copy() for k, v in self._params.items()}
         clone._trainable = dict(self._trainable)
-        clone._nodes = {k: dataclasses.replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=copy.deepcopy(n.attrs))
+        clone._nodes = {k: dataclasses.replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=_copy_attrs(n.attrs))
                         for k, n in self._nodes.items()}
+        clone.declared_types = dict(self.declared_types)
         clone._outputs = list(self._outputs)
         clone._tensors = {}
         clone._order = None
@@ -360,24 +382,34 @@ class Network:
 
     def _sort(self) -> list[Node]:
         available = set(self._inputs) | set(self._params) | {""}
+        if self.is_subgraph:  # the enclosing graph checks that the captured tensors exist
+            available.update(self.captures)
         producer = {}
         for node in self._nodes.values():
             for out in node.outputs:
                 if out:
                     producer[out] = node
+        # A node with subgraphs depends on the outer tensors its bodies capture, not only on its inputs.
+        reads = {node.name: node_reads(node) for node in self._nodes.values()}
         for node in self._nodes.values():
-            for tensor in node.inputs:
+            for tensor in reads[node.name]:
                 if tensor not in available and tensor not in producer:
-                    raise GraphError(f"node {node.name!r} ({node.op_type}) reads {tensor!r}, which is no graph input, "
+                    what = "reads" if tensor in node.inputs else "has a subgraph that reads"
+                    raise GraphError(f"node {node.name!r} ({node.op_type}) {what} {tensor!r}, which is no graph input, "
                                      f"parameter or node output (a dangling input){_suggest(tensor, self.tensor_names())}")
+            for key, body in subgraphs(node):
+                try:
+                    body.topological_order()
+                except GraphError as err:
+                    raise GraphError(f"node {node.name!r} ({node.op_type}), subgraph {key!r}: {err}") from None
         for out in self._outputs:
             if out not in available and out not in producer:
                 raise GraphError(f"graph output {out!r} is not produced by any node{_suggest(out, self.tensor_names())}")
         # Kahn's algorithm, keeping insertion order among ready nodes so the order is deterministic.
-        pending = {n.name: sum(1 for t in set(n.inputs) if t in producer) for n in self._nodes.values()}
+        pending = {n.name: sum(1 for t in set(reads[n.name]) if t in producer) for n in self._nodes.values()}
         consumers: dict[str, list[Node]] = {}
         for node in self._nodes.values():
-            for tensor in set(node.inputs):
+            for tensor in set(reads[node.name]):
                 if tensor in producer:
                     consumers.setdefault(tensor, []).append(node)
         ready = [n for n in self._nodes.values() if pending[n.name] == 0]
@@ -394,6 +426,33 @@ class Network:
             cyclic = sorted(name for name, count in pending.items() if count > 0)
             raise GraphError(f"the graph has a cycle through nodes {cyclic}; break it by removing or rewiring one of them")
         return order
+
+
+def subgraphs(node: Node) -> list[tuple[str, "Network"]]:
+    """``[(attribute name, body)]`` of a control-flow node's subgraph attributes (empty for other nodes)."""
+    return [(key, value) for key, value in node.attrs.items() if isinstance(value, Network)]
+
+
+def node_reads(node: Node) -> list[str]:
+    """Every tensor ``node`` reads: its inputs, then the outer-scope tensors its subgraphs capture (in the
+    order of :attr:`Network.captures`), without repeats. Executors feed a control-flow node in this order."""
+    reads = list(node.inputs)
+    for _, body in subgraphs(node):
+        reads.extend(name for name in body.captures if name not in reads)
+    return reads
+
+
+def node_captures(node: Node) -> list[str]:
+    """The outer-scope tensors the subgraphs of ``node`` read, in a fixed order (see :func:`node_reads`)."""
+    captured: list[str] = []
+    for _, body in subgraphs(node):
+        captured.extend(name for name in body.captures if name not in captured)
+    return captured
+
+
+def _copy_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    # Subgraphs are copied with Network.copy (its own rules: fresh live state, no cached order).
+    return {key: value.copy() if isinstance(value, Network) else copy.deepcopy(value) for key, value in attrs.items()}
 
 
 def gradient_name(param: str) -> str:

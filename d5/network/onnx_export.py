@@ -71,17 +71,11 @@ def network_to_onnx(network: Network, infer_output_types: bool = True):
     >>> [node.op_type for node in network_to_onnx(d5.models.lenet5()).graph.node][:3]
     ['Conv', 'Relu', 'MaxPool']
     """
-    import onnx
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
-    order = network.topological_order()
-    nodes = [node_to_proto(node, network.opset) for node in order]
-    inputs = [_value_info(i.name, i.dtype, i.shape, i.kind) for i in network.inputs.values()]
-    initializers = [numpy_helper.from_array(np.asarray(v, order="C"), name) for name, v in network.params.items()]
-    outputs = [helper.make_empty_tensor_value_info(name) for name in network.outputs]
-    graph = helper.make_graph(nodes, network.name, inputs, outputs, initializer=initializers)
+    graph = network_to_graph(network)
     opsets = [helper.make_opsetid("", network.opset)]
-    domains = {n.domain for n in order} - {""}
+    domains = _domains(network) - {""}
     opsets += [helper.make_opsetid(d, 1) for d in sorted(domains)]
     model = helper.make_model(graph, opset_imports=opsets, producer_name="d5")
     # The oldest IR version that can carry these opsets, so older runtimes (onnxruntime) accept the file.
@@ -90,11 +84,45 @@ def network_to_onnx(network: Network, infer_output_types: bool = True):
         inferred = _infer(model)
         for out in model.graph.output:
             info = inferred.get(out.name)
+            declared = network.declared_types.get(out.name)
+            if (info is None or info.shape is None) and declared is not None and declared.shape is not None:
+                # ONNX infers no rank for some outputs (Loop's carried values), and the checker wants one:
+                # keep the type the imported model declared.
+                info = declared
             if info is not None:
                 out.CopyFrom(_value_info(out.name, info.dtype, info.shape, info.kind))
         if not domains & {CUSTOM_DOMAIN, D5_DOMAIN}:  # the checker rejects domains it has no schemas for
             _check(model, network, full_check=False)
     return model
+
+
+def network_to_graph(network: Network):
+    """``network`` as an ``onnx.GraphProto``; a control-flow body (``network.is_subgraph``) gets its inputs'
+    and outputs' types from ``network.declared_types`` where import recorded them."""
+    from onnx import helper, numpy_helper
+
+    def declared(name: str, default: TensorInfo | None):
+        info = network.declared_types.get(name, default)
+        if info is None:  # declared without a type (or, for an output, not known): leave it to inference
+            return helper.make_empty_tensor_value_info(name)
+        return _value_info(name, info.dtype, info.shape, info.kind)
+
+    nodes = [node_to_proto(node, network.opset) for node in network.topological_order()]
+    inputs = [declared(i.name, i) for i in network.inputs.values()]
+    initializers = [numpy_helper.from_array(np.asarray(v, order="C"), name) for name, v in network.params.items()]
+    outputs = [declared(name, None) for name in network.outputs]
+    return helper.make_graph(nodes, network.name, inputs, outputs, initializer=initializers)
+
+
+def _domains(network: Network) -> set[str]:
+    """The operator domains of ``network``'s nodes, those inside control-flow bodies included."""
+    domains = set()
+    for node in network.nodes:
+        domains.add(node.domain)
+        for value in node.attrs.values():
+            if isinstance(value, Network):
+                domains |= _domains(value)
+    return domains
 
 
 def _infer(model) -> dict[str, TensorInfo]:
@@ -150,6 +178,8 @@ def python_to_attribute(key: str, value: Any, op_type: str = "", domain: str = "
     from onnx import AttributeProto, helper, numpy_helper
 
     try:
+        if isinstance(value, Network):  # a control-flow body (If's branches, Loop's and Scan's body)
+            return helper.make_attribute(key, network_to_graph(value))
         if isinstance(value, np.ndarray):
             return helper.make_attribute(key, numpy_helper.from_array(value))
         if isinstance(value, np.generic):
@@ -226,6 +256,8 @@ def _first_node_error(model) -> str | None:
     context.ir_version = model.ir_version
     context.opset_imports = {entry.domain: entry.version for entry in model.opset_import}
     for node in model.graph.node:
+        if any(a.HasField("g") or len(a.graphs) for a in node.attribute):
+            continue  # checked alone, a body's outer-scope names look undefined: the model check says more
         try:
             onnx.checker.check_node(node, context)
         except onnx.checker.ValidationError as err:

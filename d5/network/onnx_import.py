@@ -2,7 +2,7 @@
 
 The importer is strict about what it cannot represent and lenient about what is merely untidy: a model
 that is not ONNX, is truncated, reads a tensor nobody defines, has a cycle, duplicate tensor names, an
-unknown domain, control flow or an opset newer than the installed ``onnx`` knows raises
+unknown domain, a list-of-subgraphs attribute or an opset newer than the installed ``onnx`` knows raises
 :class:`~d5.errors.OnnxImportError` or :class:`~d5.errors.UnsupportedOperatorError` naming the node, its
 operator and what to do; a model whose nodes are merely out of order is sorted. No raw protobuf, numpy
 or ``KeyError`` traceback escapes: file formats are exactly where hostile or damaged input arrives.
@@ -28,11 +28,11 @@ import numpy as np
 from d5.errors import D5Error, GraphError, OnnxImportError, UnsupportedOperatorError
 from d5.network.graph import Network, Node
 from d5.network.op_types import CUSTOM_DOMAIN, D5_DOMAIN, resolve_domain
+from d5.network.onnx_scopes import all_nodes, node_reads
 
 #: The oldest default-domain opset imported as is; older models are upgraded with onnx.version_converter.
 MIN_OPSET = 11
 _DEFAULT_DOMAINS = ("", "ai.onnx")
-_CONTROL_FLOW = ("If", "Loop", "Scan")
 # Initializer inputs that hold running statistics, not weights: (op type, input index).
 _NON_TRAINABLE_SLOTS = {("BatchNormalization", 3), ("BatchNormalization", 4)}
 
@@ -205,14 +205,15 @@ class _ModelImporter:
         self.graph = self.model.graph
 
     def _check_nodes(self) -> None:
+        from onnx import AttributeProto
+
         imported = {entry.domain for entry in self.model.opset_import}
-        for index, node in enumerate(self.graph.node):
-            label = _label(node, index)
-            graphs = [a.name for a in node.attribute if a.g.ByteSize() or len(a.graphs)]
-            if node.op_type in _CONTROL_FLOW or graphs:
+        for label, node in all_nodes(self.graph, _label):
+            graphs = [a.name for a in node.attribute if a.type == AttributeProto.GRAPHS or len(a.graphs)]
+            if graphs:
                 raise UnsupportedOperatorError(
-                    f"{label}: control flow (operators with subgraphs: If, Loop, Scan) is not supported yet by d5; "
-                    "unroll the loop or fold the branch before export (e.g. torch.onnx.export with constant inputs)")
+                    f"{label}: attributes {graphs} hold lists of subgraphs, which no standard ONNX operator uses and d5 "
+                    "does not support; use If, Loop, Scan or SequenceMap with one body per attribute")
             domain = node.domain
             if domain not in _DEFAULT_DOMAINS and domain not in (D5_DOMAIN, CUSTOM_DOMAIN):
                 raise UnsupportedOperatorError(
@@ -270,10 +271,11 @@ class _ModelImporter:
                 if out:
                     define(out, _label(node, index))
         for index, node in enumerate(graph.node):
-            for name in node.input:
+            for name in node_reads(node):
                 if name and name not in defined:
+                    what = "reads" if name in node.input else "has a subgraph that reads"
                     raise OnnxImportError(
-                        f"{_label(node, index)} reads {name!r}, which is no graph input, initializer or node output "
+                        f"{_label(node, index)} {what} {name!r}, which is no graph input, initializer or node output "
                         "(a missing initializer or a dangling input); add the initializer or fix the name")
         for out in graph.output:
             if out.name not in defined:
@@ -284,10 +286,12 @@ class _ModelImporter:
         """Order the nodes topologically (the checker requires it); name the nodes of a cycle."""
         nodes = list(self.graph.node)
         producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
-        waiting = [len({producer[t] for t in node.input if t in producer}) for node in nodes]
+        # A control-flow node also depends on the producers of the outer tensors its subgraphs capture.
+        reads = [node_reads(node) for node in nodes]
+        waiting = [len({producer[t] for t in reads[i] if t in producer}) for i in range(len(nodes))]
         consumers: dict[int, set[int]] = {}
         for i, node in enumerate(nodes):
-            for p in {producer[t] for t in node.input if t in producer}:
+            for p in {producer[t] for t in reads[i] if t in producer}:
                 consumers.setdefault(p, set()).add(i)
         ready = [i for i, count in enumerate(waiting) if count == 0]
         order = []
@@ -301,7 +305,7 @@ class _ModelImporter:
         if len(order) != len(nodes):
             cyclic = [_label(nodes[i], i) for i, count in enumerate(waiting) if count > 0]
             raise OnnxImportError(f"the graph has a cycle through {', '.join(cyclic[:6])}; ONNX graphs must be acyclic, "
-                                  "so break the cycle (control flow belongs in Loop, which d5 does not support yet)")
+                                  "so break the cycle (iteration belongs in a Loop node's body)")
         if order != sorted(order):
             sorted_nodes = [nodes[i] for i in order]
             del self.graph.node[:]
@@ -344,47 +348,69 @@ class _ModelImporter:
 
     # ------------------------------------------------------------------ building
     def _build(self) -> Network:
-        graph = self.graph
-        network = Network(graph.name or "onnx_model", opset=self.opset)
+        return self._build_graph(self.graph, self.graph.name or "onnx_model", subgraph=False)
+
+    def _build_graph(self, graph, name: str, subgraph: bool) -> Network:
+        """The Network of ``graph``: the model's main graph, or (``subgraph``) a control-flow body, whose
+        nodes may read tensors of the enclosing graphs (see :attr:`Network.captures`)."""
+        network = Network(name, opset=self.opset)
+        network.is_subgraph = subgraph
+        where = f"subgraph {name!r}: " if subgraph else ""
         fixed = {node.input[i] for node in graph.node for i in range(len(node.input))
                  if (node.op_type, i) in _NON_TRAINABLE_SLOTS}
         for init in graph.initializer:
-            value = _tensor_to_array(init, f"initializer {init.name!r}")
+            value = _tensor_to_array(init, f"{where}initializer {init.name!r}")
             network.add_param(init.name, value, trainable=_is_float(value.dtype) and init.name not in fixed)
         for sparse in graph.sparse_initializer:
-            value = _sparse_to_array(sparse, f"sparse initializer {sparse.values.name!r}")
+            value = _sparse_to_array(sparse, f"{where}sparse initializer {sparse.values.name!r}")
             network.add_param(sparse.values.name, value, trainable=_is_float(value.dtype) and sparse.values.name not in fixed)
         for vi in graph.input:
-            if vi.name not in network.params:
-                shape, dtype, kind = _tensor_type(vi, f"graph input {vi.name!r}")
-                network.add_input(vi.name, shape, dtype, kind)
+            if subgraph:
+                network.declared_types[vi.name] = _info_or_none(vi)
+            if vi.name in network.params:
+                continue
+            if subgraph and vi.type.WhichOneof("value") is None:
+                # Bodies may leave input types to the operator (Loop's carried values take their initial
+                # values' types); the reference executor feeds bodies unchecked, so float32 is a placeholder.
+                network.add_input(vi.name, None, "float32")
+                continue
+            shape, dtype, kind = _tensor_type(vi, f"{where}graph input {vi.name!r}")
+            network.add_input(vi.name, shape, dtype, kind)
         names: set[str] = set()
         for index, proto in enumerate(graph.node):
-            node = self._convert_node(proto, index, names)
+            node = self._convert_node(proto, index, names, where)
             try:
                 network._insert(node)  # noqa: SLF001 - attributes may be named like add_node's own keywords
             except GraphError as err:
-                raise OnnxImportError(f"{_label(proto, index)}: {err}") from None
+                raise OnnxImportError(f"{where}{_label(proto, index)}: {err}") from None
         for out in graph.output:
             if out.name in network.outputs:
-                raise OnnxImportError(f"graph output {out.name!r} is listed twice; remove the duplicate")
-            _refuse_unsupported_type(out.type, f"graph output {out.name!r}")
+                raise OnnxImportError(f"{where}graph output {out.name!r} is listed twice; remove the duplicate")
+            _refuse_unsupported_type(out.type, f"{where}graph output {out.name!r}")
             network.add_output(out.name)
-        try:
-            network.validate()
-        except GraphError as err:
-            raise OnnxImportError(f"the imported graph is malformed: {err}") from None
+            network.declared_types[out.name] = _info_or_none(out)
+        if not subgraph:  # a body is validated with its enclosing graph, which sees the captured tensors
+            try:
+                network.validate()
+            except GraphError as err:
+                raise OnnxImportError(f"the imported graph is malformed: {err}") from None
         return network
 
-    def _convert_node(self, proto, index: int, taken: set[str]) -> Node:
-        label = _label(proto, index)
+    def _convert_node(self, proto, index: int, taken: set[str], where: str = "") -> Node:
+        label = where + _label(proto, index)
         name = proto.name or f"{proto.op_type}_{index}"
         while name in taken:  # ONNX only recommends unique node names; d5 requires them
             name = f"{name}_{index}"
         taken.add(name)
         domain = resolve_domain(proto.op_type, proto.domain)
         attrs = {}
+        from onnx import AttributeProto
+
         for attribute in proto.attribute:
+            if attribute.type == AttributeProto.GRAPH:  # a control-flow body becomes a nested Network
+                attrs[attribute.name] = self._build_graph(attribute.g, attribute.g.name or f"{name}_{attribute.name}",
+                                                          subgraph=True)
+                continue
             attrs[attribute.name] = attribute_to_python(attribute, f"{label}, attribute {attribute.name!r}")
         if proto.op_type == "Constant" and "sparse_value" in attrs:
             # A dense value means the same and every executor handles it.
@@ -432,7 +458,9 @@ def attribute_to_python(attribute, where: str = "attribute") -> Any:
     if kind == AttributeProto.TYPE_PROTOS:
         return [_copy(t) for t in attribute.type_protos]
     if kind in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
-        raise UnsupportedOperatorError(f"{where}: subgraph attributes (control flow) are not supported yet by d5")
+        # Bodies need the importer's context (opset, enclosing scope): load_onnx converts GRAPH attributes.
+        raise UnsupportedOperatorError(f"{where}: a subgraph attribute cannot be converted on its own; import the whole "
+                                       "model with d5.Network.from_onnx")
     raise OnnxImportError(f"{where}: unknown attribute type {kind}; the model is damaged or newer than this onnx")
 
 
@@ -545,6 +573,12 @@ def _copy(proto):
     clone = type(proto)()
     clone.CopyFrom(proto)
     return clone
+
+
+def _info_or_none(value_info):
+    from d5.network.onnx_export import _info_from_type
+
+    return _info_from_type(value_info.name, value_info.type)
 
 
 def _label(node, index: int) -> str:

@@ -278,15 +278,26 @@ def test_duplicate_tensor_names():
         d5.Network.from_onnx(model)
 
 
-def test_control_flow_is_refused_clearly():
+def test_control_flow_imports_and_malformed_subgraphs_are_refused_clearly():
     branch = helper.make_graph([helper.make_node("Identity", ["x"], ["r"])], "branch", [],
                                [helper.make_tensor_value_info("r", TensorProto.FLOAT, [2])])
     node = helper.make_node("If", ["c"], ["y"], name="choose", then_branch=branch, else_branch=branch)
-    model = make_model([node], [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-                                helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    with pytest.raises(UnsupportedOperatorError, match=r"node 'choose' \(If\).*control flow.*not supported yet"):
-        d5.Network.from_onnx(model)
+    inputs = [helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]
+    net = d5.Network.from_onnx(make_model([node], inputs, outputs))
+    assert net.node("choose").attrs["then_branch"].captures == ["x"]  # the branch reads x from the outer scope
+    # A branch reading a tensor defined nowhere is a dangling name, reported against the If node.
+    bad = helper.make_graph([helper.make_node("Identity", ["nowhere"], ["r"])], "branch", [],
+                            [helper.make_tensor_value_info("r", TensorProto.FLOAT, [2])])
+    node = helper.make_node("If", ["c"], ["y"], name="choose", then_branch=bad, else_branch=branch)
+    with pytest.raises(OnnxImportError, match=r"node 'choose' \(If\) has a subgraph that reads 'nowhere'"):
+        d5.Network.from_onnx(make_model([node], inputs, outputs))
+    # An unknown operator inside a body is named with its path.
+    odd = helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["r"], name="inner")], "branch", [],
+                            [helper.make_tensor_value_info("r", TensorProto.FLOAT, [2])])
+    node = helper.make_node("If", ["c"], ["y"], name="choose", then_branch=odd, else_branch=branch)
+    with pytest.raises((UnsupportedOperatorError, OnnxImportError), match=r"node 'choose' \(If\), subgraph 'then_branch'.*NoSuchOp"):
+        d5.Network.from_onnx(make_model([node], inputs, outputs))
 
 
 def test_wrong_attribute_type_and_wrong_tensor_size_are_d5_errors():

@@ -14,7 +14,7 @@ import numpy as np
 from d5.errors import D5Error, GraphError, UnsupportedOperatorError
 from d5.frameworks.reference.operators import create_operator, supported_operators
 from d5.network.executor import GraphExecutor
-from d5.network.graph import Network, Node, gradient_name
+from d5.network.graph import Network, Node, gradient_name, node_captures
 from d5.ops.operator import CustomOp, as_tuple
 
 
@@ -26,7 +26,10 @@ class FallbackWarning(UserWarning):
 class _Step:
     node: Node
     op: CustomOp
-    inputs: list[str]  # trailing omitted optional inputs removed
+    # Trailing omitted optional inputs removed; then, for a control-flow node, the outer-scope tensors its
+    # subgraphs capture: the operator receives their values after the inputs, and planning and the release
+    # schedule see them as read by this step (so they are computed before it and freed only after it).
+    inputs: list[str]
 
 
 @dataclasses.dataclass
@@ -53,7 +56,7 @@ class ReferenceGraphExecutor(GraphExecutor):
         network.validate()
         super().__init__(network.copy(), device)
         self._fallback_ops: list[str] = []
-        self._steps = [_Step(node, self._make_op(node, fallback), _trim_optional(node.inputs))
+        self._steps = [_Step(node, self._make_op(node, fallback), _trim_optional(node.inputs) + node_captures(node))
                        for node in self.network.topological_order()]
         for step in self._steps:
             step.op.node_output_count = len(step.node.outputs)
@@ -71,7 +74,11 @@ class ReferenceGraphExecutor(GraphExecutor):
         if node.custom_op is not None:
             return node.custom_op
         try:
-            return create_operator(node.op_type, node.attrs)
+            op = create_operator(node.op_type, node.attrs)
+            prepare = getattr(op, "prepare_subgraphs", None)
+            if prepare is not None:  # control flow: build the bodies' executors now, so errors show at once
+                self._fallback_ops.extend(prepare(fallback))
+            return op
         except UnsupportedOperatorError as err:
             if not fallback or node.op_type in supported_operators():
                 raise UnsupportedOperatorError(f"node {node.name!r}: {err}") from None
@@ -105,6 +112,16 @@ class ReferenceGraphExecutor(GraphExecutor):
             live[gradient_name(param)] = grad if grad is not None else np.zeros_like(params[param])
         self.network.set_live_tensors(live)
         return {name: values[name] for name in plan.outputs}
+
+    def run_subgraph(self, feeds: dict[str, Any]) -> list[Any]:
+        """Run this executor's network as a control-flow body: ``feeds`` holds values (arrays, lists, None)
+        of its inputs and of the outer-scope tensors it captures, unchecked; returns the graph outputs in order."""
+        plan = self._plan(frozenset(feeds), None)
+        if len(plan.outputs) != len(self.network.outputs):
+            missing = [name for name in self.network.outputs if name not in plan.outputs]
+            raise GraphError(f"subgraph {self.network.name!r} cannot compute its outputs {missing} from {sorted(feeds)}")
+        values, _ = self._forward(plan, feeds, training=False)
+        return [values[name] for name in plan.outputs]
 
     # ------------------------------------------------------------------ planning
     def _plan(self, fed: frozenset[str], y: str | None) -> _Plan:

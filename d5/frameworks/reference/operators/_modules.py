@@ -21,3 +21,5 @@ from d5.frameworks.reference.operators import attention, rms_rotary  # noqa: F40
 from d5.frameworks.reference.operators import integer_ops, quantization  # noqa: F401,E402
 from d5.frameworks.reference.operators import signal_roi_ops, string_ops  # noqa: F401,E402
 from d5.frameworks.reference.operators import sequence_ops  # noqa: F401,E402
+from d5.frameworks.reference.operators import control_flow  # noqa: F401,E402
+from d5.frameworks.reference.operators import cnn_norm_ops  # noqa: F401,E402
