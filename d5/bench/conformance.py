@@ -192,6 +192,25 @@ def run_conformance(backend=None, kinds: Iterable[str] = KINDS, patterns: Iterab
     return results
 
 
+def failures(results: list[CaseResult]) -> list[str]:
+    """``'case: reason'`` for every judged case that does not pass with d5's own operators.
+
+    >>> failures([CaseResult("test_a", "node", ["Relu"], "fail", None, "wrong output", 0.0)])
+    ['test_a: wrong output']
+    """
+    return [f"{r.name}: {r.reason}" for r in results if r.status not in ("pass", "excluded")]
+
+
+def uncovered_operators(results: list[CaseResult], operators: set[str]) -> list[str]:
+    """The ``operators`` that no passing case exercises (sorted).
+
+    >>> uncovered_operators([CaseResult("test_a", "node", ["Relu"], "pass", None, "", 0.0)], {"Relu", "Tanh"})
+    ['Tanh']
+    """
+    covered = {op for r in results if r.status == "pass" for op in r.operators}
+    return sorted(set(operators) - covered)
+
+
 def summarize_results(results: list[CaseResult]) -> dict:
     """Pass rates per kind: own operators, with fallback, and the excluded count."""
     summary = {}

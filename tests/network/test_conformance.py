@@ -5,7 +5,7 @@ pass with d5's own kernels.
 """
 import pytest
 
-from d5.bench.conformance import markdown_report, run_conformance, summarize_results
+from d5.bench.conformance import failures, markdown_report, run_conformance, summarize_results
 
 FOUNDATION_CASES = ("test_relu", "test_sigmoid", "test_tanh", "test_gemm_", "test_matmul_2d", "test_conv_with_strides",
                     "test_basic_conv_", "test_maxpool_2d_default", "test_averagepool_2d_default", "test_globalaveragepool",
@@ -22,8 +22,8 @@ def results():
 def test_foundation_operators_pass_onnx_node_cases(results):
     judged = [r for r in results if r.status != "excluded"]
     assert len(judged) >= 60
-    failures = [f"{r.name}: {r.reason}" for r in judged if r.status != "pass"]
-    assert not failures, "\n".join(failures)
+    failing = failures(judged)
+    assert not failing, "\n".join(failing)
 
 
 def test_report_groups_by_operator_and_summarizes(results):
@@ -40,7 +40,7 @@ def test_old_opset_ir3_models_are_upgraded_and_pass():
                               patterns=("test_ConstantPad2d", "test_ReflectionPad2d", "test_operator_pad"),
                               progress=False)
     assert len(results) == 3
-    failures = [f"{r.name}: {r.reason}" for r in results if r.status != "pass"]
-    assert not failures, "\n".join(failures)
+    failing = failures(results)
+    assert not failing, "\n".join(failing)
     report = markdown_report(results)  # model cases only: no per-operator table, still a report
     assert "Node cases by operator" not in report and "pytorch-converted" in report

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from d5.bench.conformance import run_conformance
+from d5.bench.conformance import failures, uncovered_operators, run_conformance
 from d5.frameworks.reference.operators import create_operator
 from d5.ops.validation import test_gradient as check_gradient
 
@@ -33,13 +33,13 @@ def test_onnx_node_cases_pass_with_d5_operators(results):
     judged = [r for r in results if r.status != "excluded" and r.name not in KNOWN_BAD_CASES
               and set(r.operators) & OWN_OPERATORS]
     assert len(judged) >= 180
-    failures = [f"{r.name}: {r.reason}" for r in judged if r.status != "pass"]
-    assert not failures, "\n".join(failures)
+    failing = failures(judged)
+    assert not failing, "\n".join(failing)
 
 
 def test_every_operator_is_covered(results):
-    covered = {op for r in results if r.status == "pass" for op in r.operators}
-    assert OWN_OPERATORS <= covered, sorted(OWN_OPERATORS - covered)
+    missing = uncovered_operators(results, OWN_OPERATORS)
+    assert not missing, missing
 
 
 def _random(shape, seed=0):

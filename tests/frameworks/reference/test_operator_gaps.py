@@ -7,7 +7,7 @@ against finite differences (d5.ops.validation.test_gradient), and the ONNX node 
 import numpy as np
 import pytest
 
-from d5.bench.conformance import run_conformance
+from d5.bench.conformance import failures, uncovered_operators, run_conformance
 from d5.errors import ShapeError
 from d5.frameworks.reference.operators import create_operator
 from d5.ops import as_tuple
@@ -81,13 +81,13 @@ def results():
 def test_onnx_node_cases_pass_with_d5_operators(results):
     judged = [r for r in results if r.status != "excluded" and not r.name.endswith("_expanded")]
     assert len(judged) >= 22
-    failures = [f"{r.name}: {r.reason}" for r in judged if r.status != "pass"]
-    assert not failures, "\n".join(failures)
+    failing = failures(judged)
+    assert not failing, "\n".join(failing)
 
 
 def test_every_operator_is_covered(results):
-    covered = {op for r in results if r.status == "pass" for op in r.operators}
-    assert OWN_OPERATORS <= covered, sorted(OWN_OPERATORS - covered)
+    missing = uncovered_operators(results, OWN_OPERATORS)
+    assert not missing, missing
 
 
 # ---------------------------------------------------------------------------------------- ReduceLogSum

@@ -4,7 +4,7 @@ node test cases and finite-difference gradients."""
 import numpy as np
 import pytest
 
-from d5.bench.conformance import run_conformance
+from d5.bench.conformance import failures, uncovered_operators, run_conformance
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.reference.operators import create_operator
 from d5.ops.validation import test_gradient as check_gradient
@@ -28,13 +28,13 @@ def results():
 def test_onnx_cases_pass_with_d5_operators(results):
     judged = [r for r in results if r.status != "excluded" and set(r.operators) & OWN_OPERATORS]
     assert len(judged) >= 60
-    failures = [f"{r.name}: {r.reason}" for r in judged if r.status != "pass"]
-    assert not failures, "\n".join(failures)
+    failing = failures(judged)
+    assert not failing, "\n".join(failing)
 
 
 def test_every_operator_is_covered(results):
-    covered = {op for r in results if r.status == "pass" for op in r.operators}
-    assert OWN_OPERATORS <= covered, sorted(OWN_OPERATORS - covered)
+    missing = uncovered_operators(results, OWN_OPERATORS)
+    assert not missing, missing
 
 
 # ------------------------------------------------------------------------------------------------ oracles
