@@ -27,6 +27,7 @@
 #include "d5/custom_operator.h"
 #include "im2col.h"
 #include "pooling.h"
+#include "safety.h"
 
 namespace py = pybind11;
 using d5::index_t;
@@ -48,6 +49,20 @@ void require_size(const py::array& a, py::ssize_t size, const char* what) {
     if (a.size() != size)
         throw std::invalid_argument(std::string(what) + ": expected " + std::to_string(size) + " elements, got " +
                                     std::to_string(a.size()));
+}
+
+// The element count of a caller-supplied shape, refusing negative dimensions and overflow (the kernels
+// index the buffer of that shape with plain int64 arithmetic).
+template <typename Shape>
+index_t checked_shape_size(const Shape& shape, const char* what) {
+    index_t size = 1;
+    for (auto dim : shape) {
+        if (dim < 0)
+            throw std::invalid_argument(std::string(what) + ": dimensions must be non-negative, got " +
+                                        std::to_string(dim));
+        size = d5::kernels::checked_mul(size, static_cast<index_t>(dim), what);
+    }
+    return size;
 }
 
 d5::kernels::Conv2DGeometry conv_geometry(index_t channels, index_t height, index_t width, Pair kernel, Pair strides,
@@ -122,6 +137,7 @@ template <typename T>
 Array<T> col2im(Array<T> columns, Quad image_shape, Pair kernel, Pair strides, Pair pads_begin, Pair dilations,
                 Pair out, bool batch_major) {
     auto g = conv_geometry(image_shape[1], image_shape[2], image_shape[3], kernel, strides, pads_begin, dilations, out);
+    checked_shape_size(image_shape, "col2im image_shape");
     const index_t n = image_shape[0];
     const auto expected = column_shape(n, g, batch_major);
     bool ok = columns.ndim() == static_cast<py::ssize_t>(expected.size());
@@ -237,6 +253,7 @@ Array<T> max_pool2d_backward(Array<T> dy, Array<std::int64_t> indices, Quad inpu
     g.width = input_shape[3];
     g.out_h = dy.shape(2);
     g.out_w = dy.shape(3);
+    checked_shape_size(input_shape, "max_pool2d_backward input_shape");
     const index_t planes = input_shape[0] * input_shape[1];
     const index_t total = planes * g.height * g.width;
     const std::int64_t* idx = indices.data();
@@ -279,6 +296,7 @@ Array<T> avg_pool2d_backward(Array<T> dy, Quad input_shape, Pair kernel, Pair st
         throw std::invalid_argument("avg_pool2d_backward: dy and input_shape disagree on (N, C)");
     auto g = pool_geometry(input_shape[2], input_shape[3], kernel, strides, pads, dilations,
                            Pair{dy.shape(2), dy.shape(3)});
+    checked_shape_size(input_shape, "avg_pool2d_backward input_shape");
     const index_t planes = input_shape[0] * input_shape[1];
     Array<T> dx({input_shape[0], input_shape[1], input_shape[2], input_shape[3]});
     const T* src = dy.data();
@@ -312,6 +330,7 @@ template <typename T>
 Array<T> global_avg_pool_backward(Array<T> dy, std::vector<py::ssize_t> input_shape) {
     if (input_shape.size() < 3)
         throw std::invalid_argument("global_avg_pool_backward: input_shape must be (N, C, ...)");
+    checked_shape_size(input_shape, "global_avg_pool_backward input_shape");
     const index_t planes = input_shape[0] * input_shape[1];
     index_t size = 1;
     for (size_t i = 2; i < input_shape.size(); ++i) size *= input_shape[i];
@@ -436,13 +455,38 @@ void bind_all(py::module_& m) {
           "var"_a, "epsilon"_a, "-> (dx, dscale, dbias) for fixed statistics.");
 }
 
+// Sets the Python error to d5.errors.<name>(message). d5.errors is pure Python and always importable
+// where d5._C is (it lives in the same package).
+void set_d5_error(const char* name, const std::string& message) {
+    py::object error_class = py::module_::import("d5.errors").attr(name);
+    PyErr_SetString(error_class.ptr(), message.c_str());
+}
+
+// C++ exceptions from the kernels become d5 errors: bad geometry or sizes (std::invalid_argument,
+// std::length_error from the overflow checks, std::overflow_error from the 32-bit BLAS interface) a
+// ShapeError (a ValueError), a failed allocation an InsufficientMemoryError (a MemoryError). The Python
+// wrappers validate first, so these fire on direct misuse of d5._C or on memory exhaustion.
+void translate_kernel_exception(std::exception_ptr error) {
+    try {
+        if (error) std::rethrow_exception(error);
+    } catch (const d5::kernels::OutOfMemory& e) {
+        set_d5_error("InsufficientMemoryError", std::string("d5._C: ") + e.what());
+    } catch (const std::bad_alloc&) {
+        set_d5_error("InsufficientMemoryError",
+                     "d5._C: a kernel could not allocate its working memory; use a smaller batch or input");
+    } catch (const std::logic_error& e) {
+        set_d5_error("ShapeError", std::string("d5._C: ") + e.what());
+    } catch (const std::overflow_error& e) {
+        set_d5_error("ShapeError", std::string("d5._C: ") + e.what());
+    }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
     using namespace pybind11::literals;
     m.doc() = "d5's C++ reference kernels (float32 and float64, OpenMP): im2col/col2im, pooling, batch norm.";
-    // std::invalid_argument becomes ValueError (pybind11's default translation); the Python wrappers
-    // validate first, so these only fire on direct misuse of d5._C.
+    py::register_exception_translator(&translate_kernel_exception);
     bind_all<float>(m);
     bind_all<double>(m);
     m.def("set_blas", [](py::capsule sgemm, py::capsule dgemm) {

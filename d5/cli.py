@@ -43,12 +43,24 @@ def _recipe(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise D5Error(f"no recipe file {str(path)!r}; recipes live in recipes/, e.g. recipes/fashion_mnist_lenet.py")
     # The recipe reads its overrides from sys.argv, exactly as when run with `python PATH ARGS`.
-    sys.argv = [str(path), *args.overrides]
+    saved_argv, sys.argv = sys.argv, [str(path), *args.overrides]
     try:
         runpy.run_path(str(path), run_name="__main__")
     except SystemExit as exit_:
-        return int(exit_.code or 0)
+        return _exit_status(exit_.code)
+    finally:
+        sys.argv = saved_argv
     return 0
+
+
+def _exit_status(code: object) -> int:
+    """Python's rule for sys.exit(code): None is 0, an int is itself, anything else is printed and is 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,21 @@ class UnsupportedOperatorError(D5Error):
     """An operator type is unknown, or a framework does not implement it."""
 
 
+class SchemaError(GraphError):
+    """A node does not match its operator's ONNX schema at the node's opset: wrong number of inputs or
+    outputs, an attribute of the wrong type, or an input element type the operator does not accept."""
+
+
+class OperatorError(D5Error):
+    """An operator failed while running a graph node in a way it did not anticipate. The executor's
+    backstop: the message names the node and operator, the original exception is the ``__cause__``."""
+
+
+class InsufficientMemoryError(D5Error, MemoryError):
+    """A tensor (or a batch's working set) would not fit in the memory available; the message names it
+    and, where d5 can tell, the batch size that would fit."""
+
+
 class OnnxImportError(D5Error):
     """An ONNX model could not be imported."""
 
@@ -60,7 +75,8 @@ class FrameworkNotInstalledError(D5Error, ImportError):
 
 
 __all__ = [
-    "D5Error", "GraphError", "ShapeError", "UnsupportedOperatorError", "OnnxImportError",
+    "D5Error", "GraphError", "SchemaError", "ShapeError", "UnsupportedOperatorError", "OperatorError",
+    "InsufficientMemoryError", "OnnxImportError",
     "DatasetError", "CompileError", "DivergenceError", "DistributedError", "RecipeError",
     "FrameworkNotInstalledError", "InvalidHyperparameterError",
 ]

@@ -15,6 +15,11 @@ A recipe script also takes command-line overrides for smoke tests: ``--epochs``,
 ``--framework``, ``--subset N`` (first N training and test examples), ``--seed``, ``--json PATH``.
 A run with overrides is reported as modified.
 
+Everything is checked before the first component is built: a component of the wrong type (``epochs='two'``,
+FIXED given as a list, ``optimizer_args=0.1``), a meaningless override (``--seed -1``, ``--epochs 0``) or a
+``--json`` path that cannot be written raises :class:`d5.errors.RecipeError` (or a D5Error naming the
+path), so no training time is spent on a run whose result would be lost. Results are written atomically.
+
 >>> import d5, numpy as np
 >>> rng = np.random.default_rng(0)
 >>> x = rng.normal(size=(256, 1, 28, 28)).astype(np.float32); y = (x.mean(axis=(1, 2, 3)) > 0).astype(np.int64)
@@ -29,16 +34,20 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import numbers
 import sys
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from d5.errors import RecipeError
+from d5.io_utils import check_writable
 
 COMPONENTS = ("model", "dataset", "train_sampler", "validation_sampler", "batch_size", "epochs", "executor",
               "optimizer", "events", "seed")
 _SUFFIXES = ("_args", "_kwargs", "_kwarg")
+#: Components that are plain values, not builders (they take no _args/_kwargs), with their smallest value.
+_INTEGER_COMPONENTS = {"batch_size": 1, "epochs": 1, "seed": 0}
 
 
 def _canonical(key: str) -> str:
@@ -49,7 +58,12 @@ def _canonical(key: str) -> str:
 def _merge(fixed: Mapping[str, Any], mutable: Mapping[str, Any]) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     for source, table in (("FIXED", fixed), ("MUTABLE", mutable)):
+        if not isinstance(table, Mapping):
+            raise RecipeError(f"{source} must be a dict of components such as {{'model': 'lenet5', 'epochs': 3}}, "
+                              f"got {type(table).__name__}")
         for key, value in table.items():
+            if not isinstance(key, str):
+                raise RecipeError(f"{source} keys must be component names (str), got {key!r}")
             base = next((key[: -len(s)] for s in _SUFFIXES if key.endswith(s)), key)
             if base not in COMPONENTS:
                 raise RecipeError(f"{source} has unknown component {key!r}; known components: {', '.join(COMPONENTS)} "
@@ -59,11 +73,35 @@ def _merge(fixed: Mapping[str, Any], mutable: Mapping[str, Any]) -> dict[str, An
                 raise RecipeError(f"component {key!r} appears in both FIXED and MUTABLE (or twice); "
                                   "a recipe component is either fixed or mutable")
             spec[canonical] = value
+    _check_spec(spec)
     return spec
 
 
+def _check_spec(spec: Mapping[str, Any]) -> None:
+    """Refuse components of the wrong type before anything is built (a dataset may take minutes)."""
+    for name, minimum in _INTEGER_COMPONENTS.items():
+        if name in spec:
+            _integer(spec[name], f"component {name!r}", minimum)
+        if f"{name}_args" in spec or f"{name}_kwargs" in spec:
+            raise RecipeError(f"component {name!r} is a number, not a builder; it takes no _args or _kwargs")
+    for key, value in spec.items():
+        if key.endswith("_args") and not isinstance(value, (list, tuple)):
+            raise RecipeError(f"{key!r} must be a tuple of positional arguments, e.g. (0.01, 0.9), got {value!r}")
+        if key.endswith("_kwargs") and not (isinstance(value, Mapping) and all(isinstance(k, str) for k in value)):
+            raise RecipeError(f"{key!r} must be a dict of keyword arguments, e.g. {{'lr': 0.01}}, got {value!r}")
+    if not isinstance(spec.get("events", ()), (list, tuple)):
+        raise RecipeError(f"component 'events' must be a list of d5 TrainerEvents, got {spec['events']!r}")
+
+
+def _integer(value: Any, what: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise RecipeError(f"{what} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
 def _parse_overrides(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Run a d5 recipe.", add_help=True)
+    # exit_on_error=False: a bad value (--epochs two) becomes a RecipeError, not a SystemExit mid-program.
+    parser = argparse.ArgumentParser(description="Run a d5 recipe.", add_help=True, exit_on_error=False)
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--framework", help="reference, pytorch, tensorflow or mxnet")
@@ -71,11 +109,16 @@ def _parse_overrides(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--json", metavar="PATH", help="write the results and environment as JSON")
     # parse_known_args: a recipe imported by another program (pytest, a notebook) ignores foreign flags.
-    args, _ = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
-    for name in ("epochs", "batch_size", "subset"):
+    try:
+        args, _ = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    except argparse.ArgumentError as err:
+        raise RecipeError(f"{err}; see --help") from None
+    for name, minimum in (("epochs", 1), ("batch_size", 1), ("subset", 1), ("seed", 0)):
         value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise RecipeError(f"--{name.replace('_', '-')} must be positive, got {value}")
+        if value is not None and value < minimum:
+            raise RecipeError(f"--{name.replace('_', '-')} must be {'positive' if minimum else '>= 0'}, got {value}")
+    if args.json is not None:
+        check_writable(args.json, "--json path")  # now, not after training: a bad path must not lose the results
     return args
 
 
@@ -113,7 +156,11 @@ def _build_model(spec: dict, seed: int):
             raise RecipeError(f"unknown model {model!r}; the zoo has {sorted(d5.models.MODELS)}")
         model = d5.models.MODELS[model]
     extra = {"seed": seed} if _accepts(model, "seed") and "seed" not in spec.get("model_kwargs", {}) else {}
-    return _call({**spec, "model": model}, "model", None, extra=extra)
+    network = _call({**spec, "model": model}, "model", None, extra=extra)
+    if not isinstance(network, Network):
+        raise RecipeError(f"the 'model' builder {getattr(model, '__name__', model)} must return a d5.Network, got "
+                          f"{type(network).__name__}")
+    return network
 
 
 def _build_datasets(spec: dict, subset: int | None):
@@ -124,15 +171,29 @@ def _build_datasets(spec: dict, subset: int | None):
     if dataset is None:
         raise RecipeError("a recipe needs a 'dataset' (a name in d5.datasets such as 'fashion_mnist', or a function)")
     if isinstance(dataset, str):
-        train, test = d5.datasets.load(dataset, *spec.get("dataset_args", ()), **spec.get("dataset_kwargs", {}))
+        pair = d5.datasets.load(dataset, *spec.get("dataset_args", ()), **spec.get("dataset_kwargs", {}))
     else:
-        train, test = _call(spec, "dataset", None)
+        pair = _call(spec, "dataset", None)
+    if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(_is_dataset(ds) for ds in pair)):
+        raise RecipeError(f"the 'dataset' component must give a (train, test) pair of d5 Datasets (e.g. "
+                          f"NumpyDataset), got {_describe(pair)}")
+    train, test = pair
     if subset is not None:
         def head(ds, n):
             batch = ds[np.arange(min(n, len(ds)))]
             return NumpyDataset(batch[ds.input_node], batch[ds.label_node], ds.input_node, ds.label_node)
         train, test = head(train, subset), head(test, subset)
     return train, test
+
+
+def _is_dataset(value: Any) -> bool:
+    return hasattr(value, "__len__") and hasattr(value, "__getitem__") and not isinstance(value, (str, bytes))
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} ({', '.join(type(v).__name__ for v in value[:4])})"
+    return f"{type(value).__name__} {value!r}"[:120]
 
 
 def _framework_components(spec: dict, framework: str) -> None:
@@ -153,7 +214,6 @@ def run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Se
                argv: Sequence[str] | None = None, progress: bool = True, verbose: bool = True) -> bool:
     """Run the recipe; True when every metric meets its threshold (None thresholds are reported only)."""
     from d5.frameworks import reference
-    from d5.training.metrics import TrainingMetric
     from d5.training.optimizers import GradientDescent
     from d5.training.sampler import OrderedSampler, ShuffleSampler
     from d5.training.trainer import Trainer
@@ -166,17 +226,20 @@ def run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Se
             spec[key] = modified[key]
     if overrides.framework:
         _framework_components(spec, overrides.framework)
-    for metric, _ in metrics:
-        if not isinstance(metric, TrainingMetric):
-            raise RecipeError(f"METRICS entries are (d5 TrainingMetric, threshold) pairs; got {metric!r}")
+    _check_metrics(metrics)
 
-    seed = int(spec.get("seed", 0))
-    epochs = int(spec.get("epochs", 1))
-    batch_size = int(spec.get("batch_size", 64))
+    # Checked by _check_spec; int() turns numpy integers into the ints Trainer and the samplers expect.
+    seed, epochs, batch_size = int(spec.get("seed", 0)), int(spec.get("epochs", 1)), int(spec.get("batch_size", 64))
     train_set, test_set = _build_datasets(spec, overrides.subset)
     network = _build_model(spec, seed)
     executor = _call(spec, "executor", reference.from_model, network)
+    if not all(callable(getattr(executor, m, None)) for m in ("inference", "inference_and_backprop")):
+        raise RecipeError(f"the 'executor' component must return a d5.GraphExecutor (e.g. "
+                          f"d5.frameworks.reference.from_model(network)), got {_describe(executor)}")
     optimizer = _call(spec, "optimizer", GradientDescent, executor)
+    if not callable(getattr(optimizer, "step", None)):
+        raise RecipeError(f"the 'optimizer' component must build a d5 Optimizer (with step(inputs)), got "
+                          f"{_describe(optimizer)}")
     sampler_cls = spec.get("train_sampler", ShuffleSampler)
     sampler_extra = {"seed": seed} if _accepts(sampler_cls, "seed") else {}
     train_sampler = _call(spec, "train_sampler", ShuffleSampler, train_set, batch_size, extra=sampler_extra)
@@ -202,6 +265,19 @@ def run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Se
                      extra={"passed": passed, "overrides": modified, "training": stats.as_dict(),
                             "seed": seed, "epochs": epochs, "batch_size": batch_size})
     return passed
+
+
+def _check_metrics(metrics: Any) -> None:
+    from d5.training.metrics import TrainingMetric
+
+    if not isinstance(metrics, (list, tuple)):
+        raise RecipeError(f"METRICS must be a list of (d5 TrainingMetric, threshold) pairs, got {type(metrics).__name__}")
+    for entry in metrics:
+        if not (isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], TrainingMetric)):
+            raise RecipeError(f"METRICS entries are (d5 TrainingMetric, threshold) pairs; got {entry!r}")
+        metric, threshold = entry
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, numbers.Real)):
+            raise RecipeError(f"the threshold of {metric.name} must be a number or None (report only), got {threshold!r}")
 
 
 def _print_table(rows: list[dict], passed: bool, modified: dict) -> None:

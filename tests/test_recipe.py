@@ -73,3 +73,152 @@ def test_recipe_script_exit_code_smoke_run():
                             capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 1, result.stderr
     assert "TestAccuracy" in result.stdout and "recipe FAILED" in result.stdout
+
+
+# --- components and overrides of the wrong type: a RecipeError before anything is built -------------------
+
+def spy_dataset():
+    """A dataset component that records whether it was called (building it starts the run)."""
+    calls = []
+
+    def build():
+        calls.append(1)
+        return separable_data(64)()
+    return build, calls
+
+
+@pytest.mark.parametrize("fixed, mutable_, expected", [
+    ({**FIXED, "epochs": "two"}, {}, "component 'epochs' must be an int >= 1, got 'two'"),
+    ({**FIXED, "epochs": 1.5}, {}, "component 'epochs' must be an int >= 1, got 1.5"),
+    ({**FIXED, "epochs": True}, {}, "component 'epochs' must be an int >= 1, got True"),
+    ({**FIXED, "epochs": 0}, {}, "component 'epochs' must be an int >= 1, got 0"),
+    (FIXED, {"batch_size": 0}, "component 'batch_size' must be an int >= 1, got 0"),
+    (FIXED, {"seed": -1}, "component 'seed' must be an int >= 0, got -1"),
+    (FIXED, {"epochs_args": (2,)}, "component 'epochs' is a number, not a builder"),
+    ([("model", "lenet5")], {}, "FIXED must be a dict of components"),
+    (FIXED, None, "MUTABLE must be a dict of components"),
+    ({**FIXED, 3: "x"}, {}, "FIXED keys must be component names (str), got 3"),
+    (FIXED, {"optimizer": d5.GradientDescent, "optimizer_args": 0.1}, "'optimizer_args' must be a tuple"),
+    (FIXED, {"optimizer": d5.GradientDescent, "optimizer_kwargs": [("lr", 0.1)]}, "'optimizer_kwargs' must be a dict"),
+    (FIXED, {"events": d5.StopAfter(steps=1)}, "component 'events' must be a list of d5 TrainerEvents"),
+], ids=lambda value: None)
+def test_components_of_the_wrong_type_are_refused_before_anything_is_built(fixed, mutable_, expected):
+    dataset, calls = spy_dataset()
+    table = mutable_ if mutable_ is None else {"dataset": dataset, **mutable_}
+    with pytest.raises(RecipeError) as info:
+        d5.run_recipe(fixed, table, [], argv=[], progress=False, verbose=False)
+    assert expected in str(info.value)
+    assert not calls
+
+
+@pytest.mark.parametrize("returns, expected", [
+    (lambda: 5, "got int 5"),
+    (lambda: (d5.NumpyDataset(np.zeros((4, 1)), np.zeros(4)),), "got a tuple of 1 (NumpyDataset)"),
+    (lambda: (1, 2), "got a tuple of 2 (int, int)"),
+    (lambda: None, "got NoneType None"),
+], ids=["number", "one dataset", "two numbers", "None"])
+def test_a_dataset_function_must_return_a_train_test_pair_of_datasets(returns, expected):
+    with pytest.raises(RecipeError) as info:
+        d5.run_recipe(FIXED, {"dataset": returns}, [], argv=[], progress=False, verbose=False)
+    assert "the 'dataset' component must give a (train, test) pair of d5 Datasets" in str(info.value)
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize("mutable_, expected", [
+    ({"model": lambda **kwargs: 5}, "the 'model' builder <lambda> must return a d5.Network, got int"),
+    ({"executor": lambda network: "executor"}, "the 'executor' component must return a d5.GraphExecutor"),
+    ({"optimizer": lambda executor, *args: 0.1}, "the 'optimizer' component must build a d5 Optimizer"),
+], ids=["model", "executor", "optimizer"])
+def test_builders_returning_the_wrong_kind_of_object_are_named(mutable_, expected):
+    fixed = {key: value for key, value in FIXED.items() if key not in mutable_}
+    with pytest.raises(RecipeError) as info:
+        d5.run_recipe(fixed, {**mutable(), **mutable_}, [], argv=[], progress=False, verbose=False)
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize("metrics, expected", [
+    (None, "METRICS must be a list of (d5 TrainingMetric, threshold) pairs, got NoneType"),
+    ([d5.TestAccuracy()], "METRICS entries are (d5 TrainingMetric, threshold) pairs"),
+    ([(d5.TestAccuracy(), "high")], "threshold of TestAccuracy must be a number or None (report only), got 'high'"),
+], ids=["None", "bare metric", "string threshold"])
+def test_metrics_of_the_wrong_shape_are_refused(metrics, expected):
+    with pytest.raises(RecipeError) as info:
+        d5.run_recipe(FIXED, mutable(), metrics, argv=[], progress=False, verbose=False)
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--seed", "-1"], "--seed must be >= 0, got -1"),
+    (["--epochs", "0"], "--epochs must be positive, got 0"),
+    (["--batch-size", "0"], "--batch-size must be positive, got 0"),
+    (["--subset", "0"], "--subset must be positive, got 0"),
+    (["--subset", "-5"], "--subset must be positive, got -5"),
+    (["--epochs", "two"], "argument --epochs: invalid int value: 'two'"),
+    (["--seed"], "argument --seed: expected one argument"),
+], ids=lambda value: None)
+def test_meaningless_overrides_are_refused_with_a_recipe_error(argv, expected):
+    dataset, calls = spy_dataset()
+    with pytest.raises(RecipeError) as info:
+        d5.run_recipe(FIXED, {"dataset": dataset}, [], argv=argv, progress=False, verbose=False)
+    assert expected in str(info.value)
+    assert not calls
+
+
+@pytest.mark.parametrize("make_path, expected", [
+    (lambda tmp: tmp, "is a directory"),
+    (lambda tmp: str(tmp / "out") + "/", "is a directory"),
+    (lambda tmp: tmp / "a_file" / "run.json", "is a file, not a directory"),
+    (lambda tmp: tmp / "a_file" / "deeper" / "run.json", "is a file, not a directory"),
+], ids=["directory", "trailing slash", "under a file", "deep under a file"])
+def test_an_unwritable_json_path_is_refused_before_training_starts(tmp_path, make_path, expected):
+    (tmp_path / "a_file").write_text("not a directory")
+    dataset, calls = spy_dataset()
+    path = make_path(tmp_path)
+    with pytest.raises(d5.errors.D5Error) as info:
+        d5.run_recipe(FIXED, {"dataset": dataset}, [], argv=["--json", str(path)], progress=False, verbose=False)
+    assert "--json path" in str(info.value) and expected in str(info.value)
+    assert not calls  # refused in a second, not after the (lost) training run
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # and nothing left behind
+
+
+def test_the_json_result_is_written_atomically_into_a_new_directory(tmp_path):
+    out = tmp_path / "results" / "nested" / "run.json"
+    d5.run_recipe(FIXED, mutable(), [(d5.TestAccuracy(), None)], argv=["--epochs", "1", "--subset", "64",
+                                                                        "--json", str(out)], progress=False,
+                  verbose=False)
+    assert d5.bench.results.read_result(out)["extra"]["epochs"] == 1
+    assert [p.name for p in out.parent.iterdir()] == ["run.json"]  # no temporary or probe files
+
+
+def test_cli_reports_a_recipe_error_with_exit_code_2_and_restores_argv(tmp_path, capsys):
+    from d5.cli import main
+
+    script = tmp_path / "tiny_recipe.py"
+    script.write_text("import d5\nd5.run_recipe({'model': 'lenet5', 'dataset': lambda: 1}, {}, [])\n")
+    argv = list(sys.argv)
+    assert main(["recipe", str(script), "--seed", "-1"]) == 2
+    assert "d5: error: --seed must be >= 0, got -1" in capsys.readouterr().err
+    assert sys.argv == argv
+    script.write_text("import sys\nsys.exit('the recipe gave up')\n")
+    assert main(["recipe", str(script)]) == 1  # sys.exit(message): printed, status 1, as Python does
+    assert "the recipe gave up" in capsys.readouterr().err
+
+
+def test_a_json_directory_without_write_permission_or_on_a_read_only_mount_is_refused(tmp_path, monkeypatch):
+    # Tests may run as root, which ignores permission bits: simulate what a normal user meets.
+    import errno
+
+    import d5.io_utils
+
+    dataset, calls = spy_dataset()
+    monkeypatch.setattr(d5.io_utils.os, "access", lambda path, mode: False)
+    with pytest.raises(d5.errors.D5Error, match="directory .* is not writable; choose a path you may write to"):
+        d5.run_recipe(FIXED, {"dataset": dataset}, [], argv=["--json", str(tmp_path / "new" / "run.json")])
+    monkeypatch.undo()
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(d5.io_utils.tempfile, "mkstemp", read_only)
+    with pytest.raises(d5.errors.D5Error, match="cannot be written: Read-only file system"):
+        d5.run_recipe(FIXED, {"dataset": dataset}, [], argv=["--json", str(tmp_path / "run.json")])
+    assert not calls and list(tmp_path.iterdir()) == []

@@ -2,10 +2,13 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <climits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+
+#include "safety.h"
 
 namespace d5 {
 namespace kernels {
@@ -89,6 +92,35 @@ void gemm_row_major(bool trans_a, bool trans_b, index_t m, index_t n, index_t k,
     int lda_ = to_blas_int(ldb), ldb_ = to_blas_int(lda), ldc_ = to_blas_int(ldc);
     gemm(&ta, &tb, &mm, &nn, &kk, &alpha, const_cast<T*>(b), &lda_, const_cast<T*>(a), &ldb_, &beta, c, &ldc_);
 }
+
+template <typename T>
+void parallel_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,
+                   const T* b, index_t ldb, T beta, T* c, index_t ldc) {
+    // Columns of C in tiles of at least 64, else rows in tiles of at least 32; at most 16 tiles.
+    const index_t tiles_n = std::clamp<index_t>(n / 64, 1, 16);
+    const index_t tiles_m = tiles_n > 1 ? 1 : std::clamp<index_t>(m / 32, 1, 16);
+    const index_t tiles = tiles_n * tiles_m;
+    SerialBlas serial_blas(true);
+    if (tiles == 1) return gemm_row_major<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    ExceptionTrap trap;
+#pragma omp parallel for schedule(static)
+    for (index_t tile = 0; tile < tiles; ++tile) trap.run([&] {
+        const index_t i = tile / tiles_n, j = tile % tiles_n;
+        const index_t m0 = i * m / tiles_m, m1 = (i + 1) * m / tiles_m;
+        const index_t n0 = j * n / tiles_n, n1 = (j + 1) * n / tiles_n;
+        // Rows m0.. of op(A): rows of A, or columns of A when it is stored transposed; likewise for B.
+        const T* a_tile = trans_a ? a + m0 : a + m0 * lda;
+        const T* b_tile = trans_b ? b + n0 * ldb : b + n0;
+        gemm_row_major<T>(trans_a, trans_b, m1 - m0, n1 - n0, k, alpha, a_tile, lda, b_tile, ldb, beta,
+                          c + m0 * ldc + n0, ldc);
+    });
+    trap.rethrow();
+}
+
+template void parallel_gemm<float>(bool, bool, index_t, index_t, index_t, float, const float*, index_t, const float*,
+                                   index_t, float, float*, index_t);
+template void parallel_gemm<double>(bool, bool, index_t, index_t, index_t, double, const double*, index_t,
+                                    const double*, index_t, double, double*, index_t);
 
 template void gemm_row_major<float>(bool, bool, index_t, index_t, index_t, float, const float*, index_t, const float*,
                                     index_t, float, float*, index_t);

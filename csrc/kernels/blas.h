@@ -42,5 +42,13 @@ template <typename T>
 void gemm_row_major(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,
                     const T* b, index_t ldb, T beta, T* c, index_t ldc);
 
+// The same product computed by d5's OpenMP threads, each running single-threaded BLAS on a tile of C. The
+// tiling depends on (m, n) only, never on the thread count, and every element of C is summed over the whole
+// k by one BLAS call, so the result is the same bits at any thread count. This is how d5's kernels use
+// BLAS's cores: d5 owns the threads, BLAS's own pool stays asleep (see SerialBlas).
+template <typename T>
+void parallel_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,
+                   const T* b, index_t ldb, T beta, T* c, index_t ldc);
+
 }  // namespace kernels
 }  // namespace d5

@@ -7,6 +7,7 @@
 
 #include "blas.h"
 #include "conv2d_packed.h"
+#include "safety.h"
 
 namespace d5 {
 namespace kernels {
@@ -27,7 +28,7 @@ std::atomic<bool> g_packed_enabled{true};
 
 bool use_packed(index_t out_channels, index_t groups, const Conv2DGeometry& g) {
     return g_packed_enabled.load(std::memory_order_relaxed) && packed_conv_available() &&
-           (out_channels / groups) * (g.col_rows() / groups) <= kPackedWeightLimit;
+           (out_channels / groups) * (g.col_rows() / groups) <= kPackedWeightLimit && packed_conv_fits(groups, g);
 }
 
 }  // namespace
@@ -41,34 +42,60 @@ void conv2d_forward(const T* x, const T* w, const T* bias, index_t batch, index_
         if (use_packed(out_channels, groups, g))
             return conv2d_forward_packed(x, w, bias, batch, out_channels, groups, g, y);
     }
+    if (batch == 0) return;  // nothing to compute: allocate no scratch for the geometry
     const index_t rows = g.col_rows(), cols = g.col_cols();
     const index_t group_rows = rows / groups, group_out = out_channels / groups;
     const index_t image = g.channels * g.height * g.width;
     const bool pointwise = is_pointwise(g);
     // Images are independent: each thread convolves whole images with its own column buffer, so the
-    // small per-image GEMMs stay in cache and run single-threaded. A single image is left to BLAS's threads.
+    // small per-image GEMMs stay in cache and run single-threaded. A single image is split inside instead:
+    // im2col over channels, the GEMM over tiles of the output (parallel_gemm). Either way d5's OpenMP
+    // threads do all the work and BLAS runs single-threaded (the thread policy in blas.h).
     const bool image_parallel = batch > 1;
-    SerialBlas serial_blas(image_parallel);
-#pragma omp parallel if (image_parallel)
+    const auto gemm = image_parallel ? &gemm_row_major<T> : &parallel_gemm<T>;
+    const int threads = region_threads(image_parallel);
+    ThreadScratch<T> columns(threads, pointwise ? 0 : checked_mul(rows, cols, "conv2d columns"), "conv2d columns");
+    ExceptionTrap trap;
+    SerialBlas serial_blas(true);
+#pragma omp parallel num_threads(threads) if (image_parallel)
     {
-    std::vector<T> columns(pointwise ? 0 : rows * cols);
+    T* column_buffer = columns.get(thread_index());
 #pragma omp for schedule(static)
-    for (index_t n = 0; n < batch; ++n) {
+    for (index_t n = 0; n < batch; ++n) trap.run([&] {
         const T* col = x + n * image;
         if (!pointwise) {
-            im2col(x + n * image, 1, g, ColumnLayout::BatchMajor, columns.data());
-            col = columns.data();
+            im2col(x + n * image, 1, g, ColumnLayout::BatchMajor, column_buffer);
+            col = column_buffer;
         }
         T* out = y + n * out_channels * cols;
         for (index_t grp = 0; grp < groups; ++grp)
-            gemm_row_major<T>(false, false, group_out, cols, group_rows, T(1), w + grp * group_out * group_rows,
-                              group_rows, col + grp * group_rows * cols, cols, T(0), out + grp * group_out * cols, cols);
+            gemm(false, false, group_out, cols, group_rows, T(1), w + grp * group_out * group_rows, group_rows,
+                 col + grp * group_rows * cols, cols, T(0), out + grp * group_out * cols, cols);
         if (bias != nullptr)
             for (index_t m = 0; m < out_channels; ++m)
                 for (index_t i = 0; i < cols; ++i) out[m * cols + i] += bias[m];
+    });
     }
-    }
+    trap.rethrow();
 }
+
+namespace {
+
+// The weight gradient sums over images. For the same bits at any thread count, the images are cut into
+// a number of chunks that depends only on the shapes (never on the threads): each chunk sums its images
+// in order into its own partial, and the partials are added in chunk order after the parallel loop.
+// More chunks = more parallelism but more memory (one weight-sized partial each): at most 16, and at
+// most kPartialBudget bytes in all.
+constexpr index_t kMaxReductionChunks = 16;
+constexpr index_t kPartialBudget = index_t(128) << 20;
+
+template <typename T>
+index_t reduction_chunks(index_t batch, index_t partial_size) {
+    const index_t affordable = std::max<index_t>(1, kPartialBudget / std::max<index_t>(1, partial_size * index_t(sizeof(T))));
+    return std::max<index_t>(1, std::min({batch, kMaxReductionChunks, affordable}));
+}
+
+}  // namespace
 
 template <typename T>
 void conv2d_backward(const T* dy, const T* x, const T* w, index_t batch, index_t out_channels, index_t groups,
@@ -78,51 +105,73 @@ void conv2d_backward(const T* dy, const T* x, const T* w, index_t batch, index_t
     const index_t image = g.channels * g.height * g.width;
     const bool pointwise = is_pointwise(g);
     const index_t weight_size = out_channels * group_rows;
-    std::fill(dw, dw + weight_size, T(0));
-    if (dbias != nullptr) std::fill(dbias, dbias + out_channels, T(0));
-    // Parallel over images as in the forward pass; each thread sums its images' dW and dbias privately
-    // and adds them to the result once, under a critical section.
+    if (batch == 0) {  // empty sums: allocate no scratch for the geometry
+        std::fill(dw, dw + weight_size, T(0));
+        if (dbias != nullptr) std::fill(dbias, dbias + out_channels, T(0));
+        return;
+    }
+    // One partial per chunk: the weight gradient followed by the bias gradient.
+    const index_t partial_size = checked_add(weight_size, dbias != nullptr ? out_channels : 0, "conv2d dW partial");
+    const index_t chunks = reduction_chunks<T>(batch, partial_size);
+    ThreadScratch<T> partials(static_cast<int>(chunks), partial_size, "conv2d weight-gradient partials");
+    // Parallel over chunks of images as in the forward pass; a single image is split inside (parallel_gemm).
     const bool image_parallel = batch > 1;
-    SerialBlas serial_blas(image_parallel);
-#pragma omp parallel if (image_parallel)
+    const auto gemm = image_parallel ? &gemm_row_major<T> : &parallel_gemm<T>;
+    const int threads = region_threads(image_parallel);
+    const index_t column_size = pointwise ? 0 : checked_mul(rows, cols, "conv2d columns");
+    ThreadScratch<T> columns(threads, column_size, "conv2d columns");
+    ThreadScratch<T> dcolumns(threads, dx == nullptr ? 0 : column_size, "conv2d column gradients");
+    ExceptionTrap trap;
+    SerialBlas serial_blas(true);
+#pragma omp parallel num_threads(threads) if (image_parallel)
     {
-    std::vector<T> columns(pointwise ? 0 : rows * cols), dcolumns(pointwise || dx == nullptr ? 0 : rows * cols);
-    std::vector<T> dw_local(weight_size, T(0)), dbias_local(dbias != nullptr ? out_channels : 0, T(0));
+    const int thread = thread_index();
+    T* column_buffer = columns.get(thread);
+    T* dcolumn_buffer = dcolumns.get(thread);
 #pragma omp for schedule(static)
-    for (index_t n = 0; n < batch; ++n) {
-        const T* col = x + n * image;
-        T* dcol = dx == nullptr ? nullptr : dx + n * image;  // pointwise: the column gradient is the image gradient
-        if (!pointwise) {
-            im2col(x + n * image, 1, g, ColumnLayout::BatchMajor, columns.data());
-            col = columns.data();
-            dcol = dcolumns.data();
-        }
-        const T* grad = dy + n * out_channels * cols;
-        for (index_t grp = 0; grp < groups; ++grp) {
-            const T* grad_g = grad + grp * group_out * cols;
-            const T* w_g = w + grp * group_out * group_rows;
-            // dW_g += dY_g (Mg x L) * col_g^T (L x Kg)
-            gemm_row_major<T>(false, true, group_out, group_rows, cols, T(1), grad_g, cols,
-                              col + grp * group_rows * cols, cols, T(1), dw_local.data() + grp * group_out * group_rows,
-                              group_rows);
-            // dcol_g = W_g^T (Kg x Mg) * dY_g (Mg x L); skipped when nobody needs dx (the network's first layer).
-            if (dx != nullptr)
-                gemm_row_major<T>(true, false, group_rows, cols, group_out, T(1), w_g, group_rows, grad_g, cols, T(0),
-                                  dcol + grp * group_rows * cols, cols);
-        }
-        if (!pointwise && dx != nullptr) col2im(dcolumns.data(), 1, g, ColumnLayout::BatchMajor, dx + n * image);
-        if (dbias != nullptr)
-            for (index_t m = 0; m < out_channels; ++m) {
-                T sum = 0;
-                for (index_t i = 0; i < cols; ++i) sum += grad[m * cols + i];
-                dbias_local[m] += sum;
+    for (index_t chunk = 0; chunk < chunks; ++chunk) trap.run([&] {
+        T* dw_partial = partials.get(static_cast<int>(chunk));
+        T* dbias_partial = dw_partial + weight_size;
+        for (index_t n = chunk * batch / chunks; n < (chunk + 1) * batch / chunks; ++n) {
+            const T* col = x + n * image;
+            T* dcol = dx == nullptr ? nullptr : dx + n * image;  // pointwise: the column gradient is the image gradient
+            if (!pointwise) {
+                im2col(x + n * image, 1, g, ColumnLayout::BatchMajor, column_buffer);
+                col = column_buffer;
+                dcol = dcolumn_buffer;
             }
+            const T* grad = dy + n * out_channels * cols;
+            for (index_t grp = 0; grp < groups; ++grp) {
+                const T* grad_g = grad + grp * group_out * cols;
+                const T* w_g = w + grp * group_out * group_rows;
+                // dW_g += dY_g (Mg x L) * col_g^T (L x Kg)
+                gemm(false, true, group_out, group_rows, cols, T(1), grad_g, cols, col + grp * group_rows * cols, cols,
+                     T(1), dw_partial + grp * group_out * group_rows, group_rows);
+                // dcol_g = W_g^T (Kg x Mg) * dY_g (Mg x L); skipped when nobody needs dx (the network's first layer).
+                if (dx != nullptr)
+                    gemm(true, false, group_rows, cols, group_out, T(1), w_g, group_rows, grad_g, cols, T(0),
+                         dcol + grp * group_rows * cols, cols);
+            }
+            if (!pointwise && dx != nullptr) col2im(dcolumn_buffer, 1, g, ColumnLayout::BatchMajor, dx + n * image);
+            if (dbias != nullptr)
+                for (index_t m = 0; m < out_channels; ++m) {
+                    T sum = 0;
+                    for (index_t i = 0; i < cols; ++i) sum += grad[m * cols + i];
+                    dbias_partial[m] += sum;
+                }
+        }
+    });
     }
-#pragma omp critical
-    {
-        for (index_t i = 0; i < weight_size; ++i) dw[i] += dw_local[i];
-        for (index_t m = 0; m < static_cast<index_t>(dbias_local.size()); ++m) dbias[m] += dbias_local[m];
-    }
+    trap.rethrow();
+    // Partials in chunk order; each element is summed by one thread, so no cross-thread reduction.
+#pragma omp parallel for schedule(static) if (partial_size * chunks > 65536)
+    for (index_t i = 0; i < partial_size; ++i) {
+        T sum = partials.get(0)[i];
+        for (index_t chunk = 1; chunk < chunks; ++chunk) sum += partials.get(static_cast<int>(chunk))[i];
+        if (i < weight_size)
+            dw[i] = sum;
+        else
+            dbias[i - weight_size] = sum;
     }
 }
 

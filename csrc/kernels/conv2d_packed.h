@@ -17,6 +17,10 @@ namespace kernels {
 // True when this CPU (and build) can run conv2d_forward_packed.
 bool packed_conv_available();
 
+// True when the geometry suits the packed kernel: its per-thread padded copy of the input stays small and
+// its 32-bit gather offsets cannot overflow. Call after validate(g).
+bool packed_conv_fits(index_t groups, const Conv2DGeometry& g);
+
 // Same contract as conv2d_forward<float> (x: (batch, C, H, W), w: (M, C/groups, KH, KW), bias (M,) or
 // nullptr -> y: (batch, M, OH, OW)). Call only when packed_conv_available().
 void conv2d_forward_packed(const float* x, const float* w, const float* bias, index_t batch, index_t out_channels,

@@ -21,10 +21,19 @@ struct Conv2DGeometry {
 
     index_t col_rows() const { return channels * kernel_h * kernel_w; }
     index_t col_cols() const { return out_h * out_w; }
+    // The same, overflow-checked (throw std::length_error); validate() calls them once, after which the
+    // unchecked versions are safe.
+    index_t col_rows_checked() const;
+    index_t col_cols_checked() const;
 };
 
-// Throws std::invalid_argument when the geometry is inconsistent (non-positive sizes or strides).
+// Throws std::invalid_argument when the geometry is inconsistent (non-positive sizes or strides), and
+// std::length_error when an index or size it implies would overflow.
 void validate(const Conv2DGeometry& g);
+
+// (out - 1) * stride + (kernel - 1) * dilation, the farthest tap of the last window from the first window's
+// start, checked (with the pad added) for overflow; throws std::length_error naming `what`.
+index_t window_reach(index_t out, index_t stride, index_t kernel, index_t dilation, index_t pad, const char* what);
 
 // Output columns [lo, hi) whose input coordinate ow*stride + offset lies inside [0, size).
 // Computed once per kernel tap so the inner loops have no bounds checks.

@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "im2col.h"
+#include "safety.h"
+
 namespace d5 {
 namespace kernels {
 
@@ -25,6 +28,13 @@ void validate(const Pool2DGeometry& g) {
             "non-negative (got H=" + std::to_string(g.height) + " W=" + std::to_string(g.width) + " kernel=" +
             std::to_string(g.kernel_h) + "x" + std::to_string(g.kernel_w) + " out=" + std::to_string(g.out_h) +
             "x" + std::to_string(g.out_w) + ")");
+    // Window coordinates (and the divisor's count_include_pad bounds) must not overflow: see im2col's validate.
+    window_reach(g.out_h, g.stride_h, g.kernel_h, g.dilation_h, g.pad_top, "2-D pooling rows");
+    window_reach(g.out_w, g.stride_w, g.kernel_w, g.dilation_w, g.pad_left, "2-D pooling columns");
+    checked_add(checked_add(g.height, g.pad_top, "2-D pooling rows"), g.pad_bottom, "2-D pooling rows");
+    checked_add(checked_add(g.width, g.pad_left, "2-D pooling columns"), g.pad_right, "2-D pooling columns");
+    checked_mul(g.height, g.width, "2-D pooling plane");
+    checked_mul(g.out_h, g.out_w, "2-D pooling output plane");
 }
 
 namespace {
@@ -135,22 +145,17 @@ void max_pool2d_backward(const T* dy, const std::int64_t* indices, index_t plane
 
 namespace {
 
-// Number of window taps that count toward the average at output (oh, ow).
+// Number of window taps that count toward the average at output (oh, ow): taps inside the input, or with
+// count_include_pad inside the declared padding too. Counted arithmetically (tap_range on the shifted
+// interval), not tap by tap: a kernel may be as long as the padded input, however large that is.
 inline index_t window_count(const Pool2DGeometry& g, index_t oh, index_t ow, bool count_include_pad) {
-    const index_t h_lo = count_include_pad ? -g.pad_top : 0;
-    const index_t h_hi = count_include_pad ? g.height + g.pad_bottom : g.height;
-    const index_t w_lo = count_include_pad ? -g.pad_left : 0;
-    const index_t w_hi = count_include_pad ? g.width + g.pad_right : g.width;
-    index_t rows = 0, cols = 0;
-    for (index_t kh = 0; kh < g.kernel_h; ++kh) {
-        const index_t ih = oh * g.stride_h - g.pad_top + kh * g.dilation_h;
-        rows += (ih >= h_lo && ih < h_hi);
-    }
-    for (index_t kw = 0; kw < g.kernel_w; ++kw) {
-        const index_t iw = ow * g.stride_w - g.pad_left + kw * g.dilation_w;
-        cols += (iw >= w_lo && iw < w_hi);
-    }
-    return rows * cols;
+    const index_t top = count_include_pad ? g.pad_top : 0, left = count_include_pad ? g.pad_left : 0;
+    const index_t rows = count_include_pad ? g.height + g.pad_top + g.pad_bottom : g.height;
+    const index_t cols = count_include_pad ? g.width + g.pad_left + g.pad_right : g.width;
+    index_t h_lo, h_hi, w_lo, w_hi;
+    tap_range(oh * g.stride_h - g.pad_top + top, g.dilation_h, rows, g.kernel_h, h_lo, h_hi);
+    tap_range(ow * g.stride_w - g.pad_left + left, g.dilation_w, cols, g.kernel_w, w_lo, w_hi);
+    return (h_hi - h_lo) * (w_hi - w_lo);
 }
 
 // The divisor of every output position, computed once per call (shared by all planes).

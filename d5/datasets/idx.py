@@ -12,6 +12,7 @@ import os
 import struct
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -35,24 +36,18 @@ def _corrupt(path, problem: str) -> DatasetError:
     return DatasetError(f"IDX file {os.fspath(path)!r} is truncated or corrupt: {problem}. {_REMEDY}")
 
 
-def _read_bytes(path: Path) -> bytes:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DatasetError(f"IDX file {os.fspath(path)!r} does not exist.") from None
-    except OSError as err:
-        raise DatasetError(f"Cannot read IDX file {os.fspath(path)!r}: {err}.") from None
-    # Decide by content, not by file name: users gunzip files or keep '.gz' on plain ones.
-    if not raw.startswith(_GZIP_MAGIC):
-        return raw
-    try:
-        return gzip.decompress(raw)
-    except (EOFError, OSError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
-        raise _corrupt(path, f"invalid gzip data ({err})") from None
+# Deflate cannot expand data more than 1032-fold, so a .gz file of n bytes holds at most about 1032 * n
+# bytes: a header declaring more is corrupt (or a decompression bomb) and is refused before inflating.
+_MAX_DEFLATE_RATIO = 1032
+_CHUNK_BYTES = 1 << 22
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Parse an IDX file (gzip-compressed or not) into a read-only array in native byte order.
+
+    The header is checked before the data is read: the file must hold exactly the declared array, and
+    the declared size must be possible for the file (a gzip bomb is refused without inflating it) and
+    fit in memory. Decompression is incremental, so no more than the declared size is ever inflated.
 
     >>> import tempfile, pathlib, numpy as np
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "labels-idx1-ubyte.gz"
@@ -61,31 +56,74 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     [3, 1, 4]
     """
     path = Path(path)
-    payload = _read_bytes(path)
-    if len(payload) < 4:
-        raise _corrupt(path, f"only {len(payload)} bytes, shorter than the 4-byte IDX header")
-    zero, dtype_code, ndim = struct.unpack(">HBB", payload[:4])
+    compressed = False
+    try:
+        with open(path, "rb") as raw:
+            # Decide by content, not by file name: users gunzip files or keep '.gz' on plain ones.
+            compressed = raw.read(2) == _GZIP_MAGIC
+            raw.seek(0)
+            file_size = os.fstat(raw.fileno()).st_size
+            stream = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
+            return _parse(stream, path, file_size, compressed)
+    except FileNotFoundError:
+        raise DatasetError(f"IDX file {os.fspath(path)!r} does not exist.") from None
+    except (EOFError, OSError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
+        if not compressed:
+            raise DatasetError(f"Cannot read IDX file {os.fspath(path)!r}: {err}.") from None
+        raise _corrupt(path, f"invalid gzip data ({err})") from None
+
+
+def _parse(stream: BinaryIO, path: Path, file_size: int, compressed: bool) -> np.ndarray:
+    head = stream.read(4)
+    if len(head) < 4:
+        raise _corrupt(path, f"only {len(head)} bytes, shorter than the 4-byte IDX header")
+    zero, dtype_code, ndim = struct.unpack(">HBB", head)
     if zero != 0:
-        raise _corrupt(path, f"wrong magic number 0x{payload[:4].hex()} (an IDX file starts with two zero bytes)")
+        raise _corrupt(path, f"wrong magic number 0x{head.hex()} (an IDX file starts with two zero bytes)")
     if dtype_code not in IDX_DTYPES:
         raise _corrupt(path, f"unknown IDX dtype code 0x{dtype_code:02x} (known: "
                              f"{', '.join(f'0x{code:02x}' for code in IDX_DTYPES)})")
     if ndim == 0:
         raise _corrupt(path, "the header declares 0 dimensions")
-    header_size = 4 + 4 * ndim
-    if len(payload) < header_size:
+    dims = stream.read(4 * ndim)
+    if len(dims) < 4 * ndim:
         raise _corrupt(path, f"the header declares {ndim} dimensions but the file ends inside it")
-    shape = struct.unpack(f">{ndim}I", payload[4:header_size])
+    shape = struct.unpack(f">{ndim}I", dims)
     dtype = IDX_DTYPES[dtype_code]
     expected = int(np.prod(shape, dtype=object)) * dtype.itemsize
-    actual = len(payload) - header_size
-    if actual != expected:
-        raise _corrupt(path, f"shape {shape} of {dtype.name} needs {expected} data bytes but the file has {actual}")
-    array = np.frombuffer(payload, dtype=dtype, offset=header_size).reshape(shape)
+    needs = f"shape {shape} of {dtype.name} needs {expected} data bytes"
+    _check_declared_size(path, needs, expected, 4 + 4 * ndim, file_size, compressed)
+    payload = np.empty(expected, dtype=np.uint8)
+    filled = 0
+    while filled < expected:  # chunk by chunk: never more than the declared size, never a second copy
+        count = stream.readinto(memoryview(payload)[filled:filled + _CHUNK_BYTES])
+        if not count:
+            raise _corrupt(path, f"{needs} but the file has {filled}")
+        filled += count
+    if stream.read(1):
+        raise _corrupt(path, f"{needs} but the file has more")
+    array = payload.view(dtype).reshape(shape)
     if dtype.itemsize > 1:
         array = array.astype(dtype.newbyteorder("="))
     array.flags.writeable = False
     return array
+
+
+def _check_declared_size(path: Path, needs: str, expected: int, header_size: int, file_size: int,
+                         compressed: bool) -> None:
+    """Refuse a declared data size the file cannot hold, or that would not fit in memory."""
+    if not compressed and expected != file_size - header_size:
+        raise _corrupt(path, f"{needs} but the file has {file_size - header_size}")
+    if compressed and header_size + expected > _MAX_DEFLATE_RATIO * file_size:
+        raise _corrupt(path, f"{needs}, more than a gzip file of {file_size} bytes can hold "
+                             "(a corrupt header or a decompression bomb)")
+    import psutil  # lazy: only a load needs it
+
+    available = psutil.virtual_memory().available
+    if expected > available:
+        raise DatasetError(f"IDX file {os.fspath(path)!r}: {needs} ({expected / 2**30:.1f} GiB), more than the "
+                           f"{available / 2**30:.1f} GiB of memory available. If the file is what you expect, "
+                           f"free memory; otherwise it is corrupt. {_REMEDY}")
 
 
 def write_idx(path: str | os.PathLike, array: np.ndarray, compress: bool | None = None) -> None:

@@ -59,6 +59,7 @@ FASHION_MNIST = DatasetSource(
     ),
     local_dirs=("/usr/share/datasets/fashion-mnist",),
     install_hint="apt-get install dataset-fashion-mnist",
+    num_classes=len(FASHION_MNIST_CLASSES),
 )
 
 # PyTorch's mirror of Yann LeCun's MNIST files, with the MD5s torchvision publishes for them.
@@ -72,6 +73,7 @@ MNIST = DatasetSource(
         RemoteFile(TEST_IMAGES, _md5("9fb629c4189551a2d022fa330f9573f3")),
         RemoteFile(TEST_LABELS, _md5("ec29112dd5afa0611ce80d1b7f02629c")),
     ),
+    num_classes=10,
 )
 
 
@@ -80,7 +82,7 @@ def _file_key(path: Path) -> Tuple[str, int, int]:
     return (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
 
-def _read_split(images_path: str, labels_path: str) -> Tuple[np.ndarray, np.ndarray]:
+def _read_split(images_path: str, labels_path: str, num_classes: Optional[int]) -> Tuple[np.ndarray, np.ndarray]:
     images, labels = read_idx(images_path), read_idx(labels_path)
     if images.ndim != 3 or images.dtype != np.uint8:
         raise DatasetError(
@@ -90,7 +92,35 @@ def _read_split(images_path: str, labels_path: str) -> Tuple[np.ndarray, np.ndar
         raise DatasetError(
             f"{labels_path!r} should hold {images.shape[0]} labels (one per image in {images_path!r}); it "
             f"holds shape {labels.shape}. The two files are from different datasets or versions.")
+    check_labels(labels, num_classes, labels_path)
     return images, labels
+
+
+def check_labels(labels: np.ndarray, num_classes: Optional[int], source: str) -> None:
+    """Raise DatasetError unless ``labels`` are integer class indices in [0, num_classes) (no upper bound
+    when ``num_classes`` is None). Checked at load time: a bad label would otherwise surface only as an
+    error (or a silently wrong loss) in the middle of training.
+
+    >>> check_labels(np.array([0, 9, 3], np.uint8), 10, "labels.gz")
+    >>> try:
+    ...     check_labels(np.array([0, 12], np.uint8), 10, "labels.gz")
+    ... except DatasetError as err:
+    ...     print(str(err)[:74])
+    'labels.gz' holds label 12 at index 1, but the class range is 0..9 (10 cla
+    """
+    if labels.dtype.kind not in "iu":
+        raise DatasetError(f"{source!r} should hold integer class labels; it holds {labels.dtype}. Is it the right "
+                           "file? Delete it and download it again.")
+    if labels.size == 0:
+        return
+    low, high = int(labels.min()), int(labels.max())
+    bad = low if low < 0 else high if num_classes is not None and high >= num_classes else None
+    if bad is not None:
+        index = int(np.flatnonzero(labels == bad)[0])
+        allowed = "labels must be >= 0" if num_classes is None else \
+            f"the class range is 0..{num_classes - 1} ({num_classes} classes)"
+        raise DatasetError(f"{source!r} holds label {bad} at index {index}, but {allowed}. The file is corrupt or "
+                           "from another dataset; delete it and download it again.")
 
 
 def _pixel_stats(images: np.ndarray) -> Tuple[float, float]:
@@ -116,10 +146,10 @@ def _to_float(images: np.ndarray, mean: float, std: float) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=4)
-def _load_arrays(file_keys: Tuple[Tuple[str, int, int], ...], normalize: bool):
+def _load_arrays(file_keys: Tuple[Tuple[str, int, int], ...], normalize: bool, num_classes: Optional[int]):
     (train_images, _, _), (train_labels, _, _), (test_images, _, _), (test_labels, _, _) = file_keys
-    train_x, train_y = _read_split(train_images, train_labels)
-    test_x, test_y = _read_split(test_images, test_labels)
+    train_x, train_y = _read_split(train_images, train_labels, num_classes)
+    test_x, test_y = _read_split(test_images, test_labels, num_classes)
     mean, std = _pixel_stats(train_x) if normalize else (0.0, 1.0)
     if std == 0.0:
         std = 1.0  # a constant image set (only in synthetic data) has nothing to scale
@@ -137,6 +167,7 @@ def load_idx_classification(source: DatasetSource, data_dir: str | os.PathLike |
     """Load any MNIST-layout dataset (train/t10k images + labels as IDX files) as (train, test).
 
     ``data_dir``, ``download`` and ``base_url`` are passed to :func:`d5.datasets.storage.fetch_files`.
+    Labels outside ``[0, source.num_classes)`` raise :class:`DatasetError` naming the file and the label.
 
     >>> train, test = load_idx_classification(FASHION_MNIST, download=False)  # doctest: +SKIP
     >>> train[0]['input'].shape                                              # doctest: +SKIP
@@ -144,7 +175,7 @@ def load_idx_classification(source: DatasetSource, data_dir: str | os.PathLike |
     """
     paths = fetch_files(source, data_dir=data_dir, download=download, base_url=base_url, progress=progress)
     keys = tuple(_file_key(paths[name]) for name in (TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS))
-    (train_x, train_y), (test_x, test_y) = _load_arrays(keys, bool(normalize))
+    (train_x, train_y), (test_x, test_y) = _load_arrays(keys, bool(normalize), source.num_classes)
     return NumpyDataset(train_x, train_y), NumpyDataset(test_x, test_y)
 
 

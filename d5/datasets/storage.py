@@ -91,6 +91,7 @@ class DatasetSource:
     files: Tuple[RemoteFile, ...]
     local_dirs: Tuple[str, ...] = ()          # well-known install locations, searched after d5's own
     install_hint: Optional[str] = None        # e.g. a package-manager command
+    num_classes: Optional[int] = None         # classification: labels must lie in [0, num_classes)
 
     def url(self, filename: str, base_url: Optional[str] = None) -> str:
         base = base_url if base_url is not None else self.base_url

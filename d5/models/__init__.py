@@ -18,7 +18,7 @@ from d5.errors import D5Error
 from d5.models.lenet import lenet5
 from d5.models.lstm_lm import lstm_lm
 from d5.models.resnet import resnet, wide_resnet
-from d5.models.simple import mlp, simple_cnn
+from d5.models.simple import mlp, mobilenet_v1, simple_cnn
 
 
 def _variant(builder, name: str, *args, **fixed):
@@ -31,7 +31,7 @@ def _variant(builder, name: str, *args, **fixed):
 #: model name -> builder function, used by recipes (``'model': 'lenet5'``).
 MODELS = {
     "lenet5": lenet5, "lenet": lenet5, "mlp": mlp, "simple_cnn": simple_cnn, "resnet": resnet,
-    "wide_resnet": wide_resnet, "lstm_lm": lstm_lm,
+    "wide_resnet": wide_resnet, "lstm_lm": lstm_lm, "mobilenet_v1": mobilenet_v1,
     **{f"resnet{d}": _variant(resnet, f"resnet{d}", d, "cifar10") for d in (20, 32, 44, 56, 110)},
     **{f"resnet{d}": _variant(resnet, f"resnet{d}", d, "imagenet") for d in (18, 34, 50)},
     "wrn16_4": _variant(wide_resnet, "wrn16_4", 16, 4),
@@ -48,4 +48,4 @@ def get(name: str, *args, **kwargs):
     return builder(*args, **kwargs)
 
 
-__all__ = ["MODELS", "get", "lenet5", "lstm_lm", "mlp", "resnet", "simple_cnn", "wide_resnet"]
+__all__ = ["MODELS", "get", "lenet5", "lstm_lm", "mlp", "mobilenet_v1", "resnet", "simple_cnn", "wide_resnet"]

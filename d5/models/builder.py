@@ -54,12 +54,15 @@ class NetworkBuilder:
         return self._shapes[x]
 
     def conv(self, x: str, channels: int, kernel: int, stride: int = 1, pad: int = 0, bias: bool = True,
-             name: str | None = None, init: str = "uniform") -> str:
-        """Conv2d. ``init`` is ``'uniform'`` (PyTorch's default) or ``'kaiming_fan_out'`` (torchvision's ResNets)."""
+             name: str | None = None, init: str = "uniform", groups: int = 1) -> str:
+        """Conv2d. ``init`` is ``'uniform'`` (PyTorch's default) or ``'kaiming_fan_out'`` (torchvision's ResNets);
+        ``groups`` splits the channels into independent groups (``groups == channels``: depthwise)."""
         c, h, w = self._shapes[x]
         name = name or self._name("conv")
-        fan_in = c * kernel * kernel
-        shape = (channels, c, kernel, kernel)
+        if groups < 1 or c % groups or channels % groups:
+            raise ShapeError(f"conv {name!r}: groups={groups} must divide the {c} input and {channels} output channels")
+        fan_in = c // groups * kernel * kernel
+        shape = (channels, c // groups, kernel, kernel)
         if init == "uniform":
             weight = self._uniform(shape, fan_in)
         elif init == "kaiming_fan_out":
@@ -72,7 +75,7 @@ class NetworkBuilder:
             self.network.add_param(f"{name}.bias", self._uniform((channels,), fan_in))
             inputs.append(f"{name}.bias")
         self.network.add_node("Conv", inputs, [name], name=name, kernel_shape=[kernel, kernel],
-                              strides=[stride, stride], pads=[pad] * 4)
+                              strides=[stride, stride], pads=[pad] * 4, **({"group": groups} if groups > 1 else {}))
         self._shapes[name] = (channels, (h + 2 * pad - kernel) // stride + 1, (w + 2 * pad - kernel) // stride + 1)
         return name
 

@@ -24,6 +24,7 @@ array([[6., 6.]], dtype=float32)
 from __future__ import annotations
 
 import abc
+import collections.abc
 from typing import Any, Mapping
 
 import numpy as np
@@ -54,6 +55,13 @@ class GraphExecutor(abc.ABC):
         """Validate ``inputs`` against the network's declared inputs (see :func:`check_inputs`)."""
         return check_inputs(self.network.inputs, inputs)
 
+    @staticmethod
+    def check_loss_name(y: Any) -> str:
+        """``y`` of ``inference_and_backprop``: the name of the tensor to differentiate."""
+        if not isinstance(y, str) or not y:
+            raise GraphError(f"y must name the tensor to differentiate (a str such as 'loss'), got {y!r}")
+        return y
+
 
 def check_inputs(declared: Mapping[str, TensorInfo], inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Return ``inputs`` as arrays of the declared dtypes, or raise a d5 error naming the bad tensor.
@@ -63,10 +71,28 @@ def check_inputs(declared: Mapping[str, TensorInfo], inputs: Mapping[str, Any]) 
     :class:`ShapeError` with the expected and actual shapes. Symbolic dimensions (``'N'``) match any size
     but must agree across inputs.
 
+    Integer values are cast to the declared integer dtype only when they fit it: ``2**63`` for an int64
+    input, or ``-1`` for a uint8 one, raises ShapeError instead of wrapping around. Floats narrow freely
+    (float64 to float32 rounds, as every framework does).
+
     A sequence input takes a list (or tuple) of arrays and becomes a new list of checked arrays (the
     elements may differ in their symbolic or unknown dimensions); an optional input also takes ``None``
-    (empty). A list of arrays for a tensor input, or an array for a sequence input, raises ShapeError.
+    (empty). A list of arrays for a tensor input, or an array for a sequence input, raises ShapeError, and
+    so does ``inputs`` itself when it is not a mapping from input names to values.
+
+    >>> from d5.network.graph import TensorInfo
+    >>> declared = {"x": TensorInfo("x", ("N",), np.dtype("int64"))}
+    >>> check_inputs(declared, {"x": np.array([1, 2], np.int32)})["x"].dtype
+    dtype('int64')
+    >>> try:
+    ...     check_inputs(declared, [np.zeros(2)])
+    ... except ShapeError as err:
+    ...     print(str(err)[:55])
+    inputs must be a dict mapping input names to arrays, go
     """
+    if not isinstance(inputs, collections.abc.Mapping):
+        raise ShapeError(f"inputs must be a dict mapping input names to arrays, got {_describe(inputs)}; "
+                         f"pass e.g. {{{', '.join(f'{name!r}: array' for name in declared)}}}")
     checked: dict[str, Any] = {}
     bindings: dict[str, tuple[int, str]] = {}
     for name, value in inputs.items():
@@ -94,6 +120,14 @@ def check_inputs(declared: Mapping[str, TensorInfo], inputs: Mapping[str, Any]) 
     return checked
 
 
+def _describe(value: Any) -> str:
+    """``'None'``, ``'list'``, ``'ndarray of shape (2, 3)'``: what the user passed, for messages."""
+    if value is None:
+        return "None"
+    shape = f" of shape {value.shape}" if isinstance(value, np.ndarray) else ""
+    return f"{type(value).__name__}{shape}"
+
+
 def _is_nested_numbers(value: Any) -> bool:
     """True for nested lists of numbers (a tensor written as Python lists), False if arrays are inside."""
     if isinstance(value, np.ndarray):
@@ -115,10 +149,26 @@ def _check_tensor(info: TensorInfo, value: Any, bindings: dict[str, tuple[int, s
         if array.dtype.kind != info.dtype.kind and not (array.dtype.kind in "iu" and info.dtype.kind in "iu"):
             raise ShapeError(f"{where}input {name!r}: expected dtype {info.dtype}, got {array.dtype}; "
                              f"convert it with .astype({str(info.dtype)!r})")
+        if array.dtype.kind in "iu" and not np.can_cast(array.dtype, info.dtype):
+            _check_integer_range(array, info, where)
         array = array.astype(info.dtype)
     if info.shape is not None:
         _check_shape(info, array.shape, bindings if bindings is not None else {}, where)
     return array
+
+
+def _check_integer_range(array: np.ndarray, info: TensorInfo, where: str) -> None:
+    """Raise ShapeError if an integer array holds values the declared integer dtype cannot represent.
+    Only called when the cast could overflow, so safe casts (int32 to int64) cost no scan."""
+    if array.size == 0:
+        return
+    limits = np.iinfo(info.dtype)
+    low, high = int(array.min()), int(array.max())  # Python ints: exact for every (u)int64 value
+    bad = low if low < limits.min else high if high > limits.max else None
+    if bad is not None:
+        raise ShapeError(f"{where}input {info.name!r}: value {bad} ({array.dtype}) does not fit the declared dtype "
+                         f"{info.dtype} (range {limits.min}..{limits.max}) and would wrap around; feed values in "
+                         f"range, or declare the input as {array.dtype}")
 
 
 def _check_shape(info: TensorInfo, shape: tuple[int, ...], bindings: dict[str, tuple[int, str]], where: str = "") -> None:

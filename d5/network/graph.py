@@ -18,14 +18,17 @@ produced (gradients among them).
 """
 from __future__ import annotations
 
+import collections.abc
 import copy
 import dataclasses
 import difflib
+import numbers
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from d5.errors import GraphError, ShapeError
+from d5.network.node_schema import check_network, check_node_attributes
 from d5.network.op_types import CUSTOM_DOMAIN, resolve_domain
 from d5.ops.operator import CustomOp
 
@@ -134,6 +137,7 @@ class Network:
         return dict(self._params)
 
     def node(self, name: str) -> Node:
+        _require_name(name, "node name")
         try:
             return self._nodes[name]
         except KeyError:
@@ -149,6 +153,7 @@ class Network:
     def gradient(self, y: str = "loss") -> list[tuple[str, str]]:
         """``[(param_name, gradient_tensor_name)]`` for every trainable parameter, as the seeds' optimizers
         expect. After ``executor.inference_and_backprop(inputs, y)`` the gradient tensors can be fetched."""
+        _require_name(y, "the tensor to differentiate (y)")
         if y not in self._inputs and y not in self._params and self._producer_of(y) is None:
             raise GraphError(f"cannot differentiate {y!r}: no tensor of that name{_suggest(y, self.tensor_names())}")
         return [(p, gradient_name(p)) for p in self.get_params()]
@@ -182,10 +187,10 @@ class Network:
         >>> Network().add_input("xs", ("N", 3), "float32", kind="sequence").describe_type()
         'sequence(tensor(float32, (N, 3)))'
         """
+        self._check_new_tensor(name)
         if kind not in VALUE_KINDS:
             raise GraphError(f"input {name!r}: unknown kind {kind!r}; use one of {list(VALUE_KINDS)} (maps are not supported)")
-        self._check_new_tensor(name)
-        info = TensorInfo(name, None if shape is None else tuple(shape), _as_dtype(dtype, name), kind)
+        info = TensorInfo(name, _as_shape(shape, name), _as_dtype(dtype, name), kind)
         self._inputs[name] = info
         self._edited()
         return info
@@ -193,7 +198,7 @@ class Network:
     def add_param(self, name: str, value: Any, trainable: bool = True) -> np.ndarray:
         """Add a parameter (an ONNX initializer). Non-trainable ones (running statistics) get no gradient."""
         self._check_new_tensor(name)
-        array = np.asarray(value)
+        array = _as_param_array(value, name)
         self._params[name] = array
         self._trainable[name] = bool(trainable)
         self._edited()
@@ -203,18 +208,34 @@ class Network:
                  domain: str | None = None, **attrs: Any) -> Node:
         """Add an operator node; ``attrs`` are its ONNX attributes. Raises UnsupportedOperatorError for an
         unknown ``op_type`` and GraphError for a duplicate node or output name."""
+        if not isinstance(op_type, str) or not op_type:
+            raise GraphError(f"add_node: op_type must be an operator name such as 'Relu' (a non-empty str), got {op_type!r}")
+        if domain is not None and not isinstance(domain, str):
+            raise GraphError(f"add_node({op_type!r}): domain must be a str such as 'ai.onnx' or None, got {domain!r}")
+        where = f"add_node({op_type!r})"
+        inputs, outputs = _tensor_names(inputs, "inputs", where), _tensor_names(outputs, "outputs", where)
         resolved = resolve_domain(op_type, domain)
-        return self._insert(Node(self._node_name(name, op_type), op_type, list(inputs), list(outputs), dict(attrs), resolved))
+        node = Node(self._node_name(name, op_type), op_type, inputs, outputs, dict(attrs), resolved)
+        check_node_attributes(node, self.opset)  # attributes are final here; arity and types wait for validate()
+        return self._insert(node)
 
     def add_custom_node(self, op: CustomOp, inputs: Sequence[str], outputs: Sequence[str], name: str | None = None) -> Node:
         """Add a node computed by a user operator (a :class:`d5.ops.CustomOp`)."""
         if not isinstance(op, CustomOp):
             raise GraphError(f"add_custom_node expects a d5.ops.CustomOp, got {type(op).__name__}")
         op_type = type(op).__name__
-        return self._insert(Node(self._node_name(name, op_type), op_type, list(inputs), list(outputs), {}, CUSTOM_DOMAIN, op))
+        where = f"add_custom_node({op_type})"
+        inputs, outputs = _tensor_names(inputs, "inputs", where), _tensor_names(outputs, "outputs", where)
+        return self._insert(Node(self._node_name(name, op_type), op_type, inputs, outputs, {}, CUSTOM_DOMAIN, op))
 
     def add_edge(self, tensor: str, node_name: str, index: int | None = None) -> None:
         """Connect ``tensor`` to an input slot of node ``node_name`` (append when ``index`` is None)."""
+        if not isinstance(tensor, str):
+            raise GraphError(f"add_edge: tensor must be a tensor name (str), got {tensor!r}")
+        if not isinstance(node_name, str):
+            raise GraphError(f"add_edge: node_name must be a node's name (str), got {node_name!r}")
+        if index is not None and (isinstance(index, bool) or not isinstance(index, numbers.Integral)):
+            raise GraphError(f"add_edge: index must be an int input slot or None (append), got {index!r}")
         node = self.node(node_name)
         if index is None:
             node.inputs.append(tensor)
@@ -237,6 +258,7 @@ class Network:
         old = self.node(name)
         new = Node(name, op_type, list(old.inputs if inputs is None else inputs),
                    list(old.outputs if outputs is None else outputs), dict(attrs), resolve_domain(op_type, domain))
+        check_node_attributes(new, self.opset)
         del self._nodes[name]
         try:
             return self._insert(new)
@@ -246,6 +268,8 @@ class Network:
 
     def add_output(self, name: str) -> None:
         """Mark tensor ``name`` as a graph output."""
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"add_output: the output must be a tensor name (a non-empty str), got {name!r}")
         if name in self._outputs:
             raise GraphError(f"{name!r} is already a graph output")
         self._outputs.append(name)
@@ -260,8 +284,12 @@ class Network:
         return self._order
 
     def validate(self) -> None:
-        """Check the graph is well formed (see :meth:`topological_order`)."""
+        """Check the graph is well formed (see :meth:`topological_order`) and that every node matches its ONNX
+        schema at the graph's opset: input and output counts, attribute types, input element types (see
+        :func:`d5.network.node_schema.check_network`; raises :class:`~d5.errors.SchemaError`)."""
         self.topological_order()
+        if not self.is_subgraph:  # a body is checked with its enclosing graph, which knows the captured types
+            check_network(self)
 
     def copy(self) -> "Network":
         """A deep copy: parameters are copied, user operator objects are shared."""
@@ -280,8 +308,11 @@ class Network:
     # ------------------------------------------------------------------ live state
     def fetch_tensors(self, names: Iterable[str]) -> list[np.ndarray]:
         """The current values of parameters or of tensors the last pass produced (e.g. gradients)."""
+        if isinstance(names, str):  # one name, not its characters
+            names = [names]
         out = []
         for name in names:
+            _require_name(name, "tensor name")
             value = self._params.get(name)
             if value is None:
                 value = self._tensors.get(name)
@@ -297,6 +328,7 @@ class Network:
     def feed_tensor(self, name: str, value: Any, is_param: bool = False) -> None:
         """Set a tensor. Writing an existing parameter keeps its shape (ShapeError otherwise); ``is_param=True``
         with a new name adds a trainable parameter."""
+        _require_name(name, "tensor name")
         current = self._params.get(name)
         if current is not None:
             value = np.asarray(value, dtype=current.dtype)
@@ -348,6 +380,8 @@ class Network:
 
     def _node_name(self, name: str | None, op_type: str) -> str:
         if name is not None:
+            if not isinstance(name, str) or not name:
+                raise GraphError(f"{op_type} node: name must be a non-empty str or None (a generated name), got {name!r}")
             return name
         index = len(self._nodes)
         while f"{op_type}_{index}" in self._nodes:
@@ -366,7 +400,7 @@ class Network:
 
     def _check_new_tensor(self, name: str, producer: str | None = None) -> None:
         if not isinstance(name, str) or not name:
-            raise GraphError(f"tensor names must be non-empty strings, got {name!r}")
+            raise GraphError(f"tensor names must be non-empty strings, got {name!r} ({type(name).__name__})")
         if name in self._inputs or name in self._params:
             raise GraphError(f"duplicate tensor name {name!r}: already a graph {'input' if name in self._inputs else 'parameter'}")
         owner = self._producer_of(name)
@@ -460,6 +494,57 @@ def gradient_name(param: str) -> str:
     return f"{param}_grad"
 
 
+def _tensor_names(names: Any, what: str, where: str) -> list[str]:
+    """A node's ``inputs`` or ``outputs`` as a new list of str; a single str is one name (``"x"`` is
+    ``["x"]``, never the characters of it). ``''`` marks an omitted optional input or output, as in ONNX."""
+    if isinstance(names, str):
+        return [names]
+    if not isinstance(names, collections.abc.Sequence):
+        raise GraphError(f"{where}: {what} must be a list of tensor names (str), got {names!r} ({type(names).__name__})")
+    names = list(names)
+    for index, name in enumerate(names):
+        if not isinstance(name, str):
+            raise GraphError(f"{where}: {what}[{index}] is {name!r} ({type(name).__name__}), but tensor names are "
+                             f"str ('' marks an omitted optional one)")
+    if what == "outputs":
+        repeated = sorted({name for name in names if name and names.count(name) > 1})
+        if repeated:
+            raise GraphError(f"{where}: outputs {repeated} appear more than once; a node produces each tensor once")
+    return names
+
+
+def _as_shape(shape: Any, name: str) -> tuple[Dim, ...] | None:
+    """An input's shape as a tuple of dims (int >= 0, symbolic str or None), or None (unknown rank)."""
+    if shape is None:
+        return None
+    if isinstance(shape, str) or not isinstance(shape, collections.abc.Sequence):
+        raise ShapeError(f"input {name!r}: shape must be a tuple of dimensions such as ('N', 3) or None, got {shape!r}")
+    dims = []
+    for dim in shape:
+        if isinstance(dim, numbers.Integral) and not isinstance(dim, bool) and dim >= 0:
+            dims.append(int(dim))
+        elif dim is None or (isinstance(dim, str) and dim):
+            dims.append(dim)
+        else:
+            raise ShapeError(f"input {name!r}: dimension {dim!r} of shape {tuple(shape)!r} is not an int >= 0, a "
+                             "symbolic name such as 'N' or None (unknown)")
+    return tuple(dims)
+
+
+def _as_param_array(value: Any, name: str) -> np.ndarray:
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as err:  # ragged nested lists
+        raise ShapeError(f"parameter {name!r}: cannot make an array of the {type(value).__name__} ({err})") from None
+    # Object arrays are how ONNX string tensors arrive (numpy_helper gives bytes objects); anything else in
+    # one (None, a dict, an arbitrary object) is no tensor element. (bfloat16 and float8 are kind 'V'.)
+    if array.dtype.kind == "O" and not all(isinstance(item, (str, bytes)) for item in array.flat):
+        element = type(next(iter(array.flat), None)).__name__
+        raise ShapeError(f"parameter {name!r}: the value (dtype {array.dtype}, elements of type {element}) is no "
+                         "tensor; pass a numpy array of numbers, bools or strings")
+    return array
+
+
 def _as_dtype(dtype: Any, name: str) -> np.dtype:
     try:
         return np.dtype(dtype)
@@ -467,6 +552,14 @@ def _as_dtype(dtype: Any, name: str) -> np.dtype:
         raise ShapeError(f"input {name!r}: {dtype!r} is not a dtype; use e.g. 'float32' or 'int64'") from None
 
 
+def _require_name(name: Any, what: str) -> None:
+    """Refuse a non-str where a tensor or node name is expected (a d5 error, not a TypeError from a lookup)."""
+    if not isinstance(name, str):
+        raise GraphError(f"{what} must be a str, got {type(name).__name__} {name!r}")
+
+
 def _suggest(name: str, candidates: Iterable[str]) -> str:
+    if not isinstance(name, str):
+        return ""
     close = difflib.get_close_matches(name, list(candidates), n=3)
     return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""

@@ -64,8 +64,10 @@ def _info_from_type(name: str, type_proto) -> TensorInfo | None:
     return TensorInfo(name, shape, np.dtype(helper.tensor_dtype_to_np_dtype(ttype.elem_type)), value_kind)
 
 
-def network_to_onnx(network: Network, infer_output_types: bool = True):
-    """Build an ``onnx.ModelProto`` of ``network`` (nodes in topological order).
+def network_to_onnx(network: Network, infer_output_types: bool = True, shape_constants_only: bool = False):
+    """Build an ``onnx.ModelProto`` of ``network`` (nodes in topological order). With
+    ``shape_constants_only`` (for shape inference, not for saving) only small integer parameters carry their
+    values; the others become typed graph inputs.
 
     >>> import d5
     >>> [node.op_type for node in network_to_onnx(d5.models.lenet5()).graph.node][:3]
@@ -73,7 +75,7 @@ def network_to_onnx(network: Network, infer_output_types: bool = True):
     """
     from onnx import helper
 
-    graph = network_to_graph(network)
+    graph = network_to_graph(network, shape_constants_only)
     opsets = [helper.make_opsetid("", network.opset)]
     domains = _domains(network) - {""}
     opsets += [helper.make_opsetid(d, 1) for d in sorted(domains)]
@@ -96,9 +98,15 @@ def network_to_onnx(network: Network, infer_output_types: bool = True):
     return model
 
 
-def network_to_graph(network: Network):
+#: Integer parameters up to this many elements keep their values when exporting for shape inference (they
+#: may be shapes, axes or pads that ONNX's data propagation reads); bigger ones are data, not shapes.
+_SHAPE_CONSTANT_LIMIT = 1024
+
+
+def network_to_graph(network: Network, shape_constants_only: bool = False):
     """``network`` as an ``onnx.GraphProto``; a control-flow body (``network.is_subgraph``) gets its inputs'
-    and outputs' types from ``network.declared_types`` where import recorded them."""
+    and outputs' types from ``network.declared_types`` where import recorded them. ``shape_constants_only``:
+    see :func:`network_to_onnx`."""
     from onnx import helper, numpy_helper
 
     def declared(name: str, default: TensorInfo | None):
@@ -109,7 +117,14 @@ def network_to_graph(network: Network):
 
     nodes = [node_to_proto(node, network.opset) for node in network.topological_order()]
     inputs = [declared(i.name, i) for i in network.inputs.values()]
-    initializers = [numpy_helper.from_array(np.asarray(v, order="C"), name) for name, v in network.params.items()]
+    params = {name: np.asarray(value) for name, value in network.params.items()}
+    if shape_constants_only:
+        as_inputs = [name for name, value in params.items()
+                     if value.dtype.kind not in "iu" or value.size > _SHAPE_CONSTANT_LIMIT]
+        inputs += [_value_info(name, params[name].dtype, params[name].shape) for name in as_inputs]
+        for name in as_inputs:
+            del params[name]
+    initializers = [numpy_helper.from_array(np.asarray(v, order="C"), name) for name, v in params.items()]
     outputs = [declared(name, None) for name in network.outputs]
     return helper.make_graph(nodes, network.name, inputs, outputs, initializer=initializers)
 
@@ -145,8 +160,13 @@ def _infer(model) -> dict[str, TensorInfo]:
 
 
 def infer_shapes(network: Network) -> dict[str, TensorInfo]:
-    """Shapes and dtypes of all tensors of ``network`` that ONNX shape inference can determine."""
-    return _infer(network_to_onnx(network, infer_output_types=False))
+    """Shapes and dtypes of all tensors of ``network`` that ONNX shape inference can determine.
+
+    Only small integer parameters (the constants shapes are computed from) are written out as data; every
+    other parameter is declared by type and shape alone, which is all inference needs (serializing
+    ResNet-50's 100 MB of weights took 0.7 s of the 0.72 s this call used to cost).
+    """
+    return _infer(network_to_onnx(network, infer_output_types=False, shape_constants_only=True))
 
 
 def node_to_proto(node: Node, opset: int | None = None):

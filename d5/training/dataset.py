@@ -7,12 +7,13 @@ network's input tensors (``dataset.input_node`` and ``dataset.label_node``).
 from __future__ import annotations
 
 import abc
+import collections.abc
 import numbers
-from typing import Dict, Union
+from typing import Any, Dict, Union
 
 import numpy as np
 
-from d5.errors import DatasetError
+from d5.errors import DatasetError, ShapeError
 
 Index = Union[int, slice, np.ndarray]
 
@@ -116,4 +117,30 @@ class NumpyDataset(Dataset):
                 f"{self.label_node}: {self.labels.dtype}{self.labels.shape[1:]})")
 
 
-__all__ = ["Dataset", "NumpyDataset"]
+def check_batch(batch: Any, where: str = "a training step") -> None:
+    """Raise :class:`ShapeError` unless ``batch`` is a dict of named tensors with at least one sample.
+
+    A batch of 0 samples is refused here, before an executor runs it: the mean loss over no samples
+    is NaN, which would otherwise be reported as divergence. A tensor whose first dimension is 0 makes
+    the batch empty (the inputs of one batch share that dimension). ``where`` names the batch's source.
+
+    >>> check_batch({"input": np.ones((2, 3)), "label": np.zeros(2)})
+    >>> try:
+    ...     check_batch({"input": np.ones((0, 3))}, "OrderedSampler, epoch 0")
+    ... except ShapeError as err:
+    ...     print(str(err)[:54])
+    OrderedSampler, epoch 0: the batch is empty (0 samples
+    """
+    if not isinstance(batch, collections.abc.Mapping):
+        raise ShapeError(f"{where}: a batch must be a dict of named arrays such as {{'input': x, 'label': y}}, "
+                         f"got {type(batch).__name__}; a sampler over a d5 Dataset yields such dicts")
+    if not batch:
+        raise ShapeError(f"{where}: the batch is empty (a dict with no tensors); feed the network's inputs")
+    for name, value in batch.items():
+        shape = getattr(value, "shape", None)  # arrays only: a list may be a sequence input, empty by design
+        if shape and shape[0] == 0:
+            raise ShapeError(f"{where}: the batch is empty (0 samples: {name!r} has shape {tuple(shape)}); a step "
+                             "needs at least one sample. Check the sampler, dataset and transforms that built it")
+
+
+__all__ = ["Dataset", "NumpyDataset", "check_batch"]

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 import numpy as np
 
 from d5.errors import D5Error, DivergenceError, InvalidHyperparameterError
+from d5.training.dataset import check_batch
 
 if TYPE_CHECKING:  # only for annotations: trainer imports nothing from here at run time either
     from d5.training.events import TrainerEvent
@@ -173,6 +174,7 @@ class ThreeStepOptimizer(Optimizer):
         if network is None:
             raise D5Error(f"{type(self).__name__} was created without an executor, so it can only apply "
                           f"update_rule(); pass the GraphExecutor to train with step()")
+        check_batch(inputs, f"{type(self).__name__}.step")  # before new_input(): a refused step changes no state
         self.new_input()
         if self._has_prepare:
             if self._params is None:

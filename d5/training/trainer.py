@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from d5.errors import D5Error
+from d5.training.dataset import check_batch
 from d5.training.events import HOOKS, EpochSummary, ProgressBar, TrainerEvent, overridden_hooks
 
 
@@ -274,6 +275,7 @@ class Trainer:
                 break
             data_time += clock() - fetch_start
             step = self.steps
+            check_batch(batch, f"train_sampler {type(sampler).__name__}, epoch {epoch}, step {step}")
             if before_step and _Hooks.fire(before_step, self, step, batch):
                 stop = True
                 break
@@ -345,7 +347,8 @@ class Trainer:
         start = time.perf_counter()
         loss_sum = 0.0
         loss_samples = samples = correct = counted = 0
-        for batch in sampler:
+        for index, batch in enumerate(sampler):
+            check_batch(batch, f"evaluation sampler {type(sampler).__name__}, batch {index}")
             outputs = self.executor.inference(batch)
             batch_size = _batch_size(batch, label_node)
             samples += batch_size

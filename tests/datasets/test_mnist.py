@@ -266,6 +266,26 @@ def test_images_and_labels_of_different_lengths_are_rejected(tmp_path):
         load_idx_classification(_toy_source(directory), data_dir=directory)
 
 
+@pytest.mark.parametrize("labels, problem", [
+    (np.array([3, 10, 2] + [0] * 47, np.uint8), "holds label 10 at index 1, but the class range is 0..9 (10 classes)"),
+    (np.array([0] * 49 + [255], np.uint8), "holds label 255 at index 49"),
+    (np.array([0, 0, -1] + [0] * 47, np.int8), "holds label -1 at index 2"),
+    (np.zeros(50, np.float32), "should hold integer class labels; it holds float32"),
+], ids=["ten", "255", "negative", "float"])
+def test_labels_outside_the_class_range_are_refused_at_load_time(tmp_path, labels, problem):
+    directory = _make_dir(tmp_path / "toy")
+    write_idx(directory / TRAIN_LABELS, labels)
+    source = dataclasses.replace(_toy_source(directory), num_classes=10)
+    with pytest.raises(DatasetError) as info:
+        load_idx_classification(source, data_dir=directory)
+    message = str(info.value)
+    assert TRAIN_LABELS in message and problem in message
+
+
+def test_the_official_sources_declare_ten_classes():
+    assert d5.datasets.mnist.MNIST.num_classes == FASHION_MNIST.num_classes == 10
+
+
 def test_load_by_name_and_unknown_name():
     assert set(d5.datasets.DATASETS) == {"fashion_mnist", "mnist"}
     with pytest.raises(DatasetError) as info:

@@ -206,7 +206,8 @@ def test_save_onnx_refuses_invalid_networks_and_leaves_no_file(tmp_path):
     net = d5.Network("bad")
     net.add_input("x", ("N", 4))
     net.add_param("W", np.ones((3, 4), np.float32))
-    net.add_node("Gemm", ["x", "W"], ["y"], alpha="not a number")
+    net.add_node("Gemm", ["x", "W"], ["y"])
+    net.node("Gemm_0").attrs["alpha"] = "not a number"  # add_node itself refuses it (SchemaError)
     net.add_output("y")
     with pytest.raises(d5.errors.GraphError, match="alpha"):
         d5.save_onnx(net, tmp_path / "bad.onnx")

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from d5.errors import D5Error, DivergenceError
+from d5.errors import D5Error, DivergenceError, ShapeError
 from d5.training.dataset import NumpyDataset
 from d5.training.events import (CSVLogger, EpochSummary, JSONLogger, LearningRateSchedule, ProgressBar, StopAfter,
                                 StopWhenAccuracy, TrainerEvent)
@@ -295,6 +295,59 @@ def test_optimizer_train_convenience():
 def test_bad_arguments_raise_d5_errors(make_bad):
     with pytest.raises(D5Error):
         make_bad()
+
+
+# --- empty batches: reported as empty, never as divergence (a mean over 0 samples is NaN) -------------------
+
+def _empty_second_batch():
+    calls = []
+
+    def transform(batch):
+        calls.append(1)
+        return {name: value[:0] for name, value in batch.items()} if len(calls) == 2 else batch
+    return transform
+
+
+def test_an_empty_batch_from_the_sampler_is_reported_as_empty_not_as_divergence():
+    executor = SoftmaxRegressionExecutor()
+    optimizer = GradientDescent(executor, lr=0.5)
+    train = OrderedSampler(blobs(96, seed=1), 32, transforms=[_empty_second_batch()])
+    trainer = Trainer(train, None, executor, optimizer, progress=False)
+    with pytest.raises(ShapeError) as info:
+        trainer.run(1)
+    message = str(info.value)
+    assert "the batch is empty (0 samples: 'input' has shape (0, 4))" in message
+    assert "train_sampler OrderedSampler, epoch 0, step 1" in message
+    assert optimizer.steps == 1  # refused before the optimizer ran it
+
+
+def test_optimizer_step_refuses_an_empty_batch_before_touching_any_state():
+    reference = pytest.importorskip("d5.frameworks.reference")
+    executor = reference.from_model(_mlp())
+    optimizer = MomentumOptimizer(executor, lr=0.1, momentum=0.9)
+    before = {name: value.copy() for name, value in executor.network.params.items()}
+    empty = {"input": np.zeros((0, N_FEATURES), np.float32), "label": np.zeros(0, np.int64)}
+    with pytest.raises(ShapeError, match=r"MomentumOptimizer.step: the batch is empty \(0 samples"):
+        optimizer.step(empty)
+    assert optimizer.steps == 0
+    assert all(np.array_equal(before[name], value) for name, value in executor.network.params.items())
+    with pytest.raises(ShapeError, match="a batch must be a dict of named arrays"):
+        optimizer.step([empty["input"], empty["label"]])
+
+
+def test_an_empty_validation_batch_is_reported_as_empty():
+    trainer = make_trainer()
+    validation = OrderedSampler(blobs(50, seed=2), 16, transforms=[_empty_second_batch()])
+    with pytest.raises(ShapeError, match="evaluation sampler OrderedSampler, batch 1: the batch is empty"):
+        trainer.evaluate(validation)
+
+
+def test_a_sampler_yielding_tuples_is_told_to_yield_dicts():
+    executor = SoftmaxRegressionExecutor()
+    data = blobs(8, seed=1)
+    trainer = Trainer([(data.data, data.labels)], None, executor, GradientDescent(executor), progress=False)
+    with pytest.raises(ShapeError, match="a batch must be a dict of named arrays .* got tuple"):
+        trainer.run(1)
 
 
 def test_count_correct_handles_index_onehot_and_regression_outputs():

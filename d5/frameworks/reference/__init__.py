@@ -13,6 +13,7 @@ from typing import Any
 
 from d5.frameworks.reference.custom_op import custom_op
 from d5.frameworks.reference.executor import ReferenceGraphExecutor
+from d5.frameworks.reference.kernels import num_threads, set_num_threads
 from d5.network.graph import Network
 
 NAME = "reference"
@@ -35,5 +36,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'd5.frameworks.reference' has no attribute {name!r}")
 
 
-__all__ = ["NAME", "ReferenceGraphExecutor", "custom_op", "from_model", "AdaGradOptimizer", "AdamOptimizer",
+__all__ = ["NAME", "ReferenceGraphExecutor", "custom_op", "from_model", "num_threads", "set_num_threads", "AdaGradOptimizer", "AdamOptimizer",
            "AdamWOptimizer", "GradientDescent", "MomentumOptimizer", "RMSPropOptimizer"]

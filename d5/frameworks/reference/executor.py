@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from d5.errors import D5Error, GraphError, UnsupportedOperatorError
 from d5.frameworks.reference.operators import create_operator, supported_operators
+from d5.frameworks.reference.operator_errors import operator_failure
 from d5.network.executor import GraphExecutor
 from d5.network.graph import Network, Node, gradient_name, node_captures
+from d5.network.memory import check_working_set, tensor_nbytes
 from d5.ops.operator import CustomOp, as_tuple
 
 
@@ -41,6 +43,9 @@ class _Plan:
     outputs: list[str]
     backward: list[_Step] = dataclasses.field(default_factory=list)
     requires_grad: frozenset[str] = frozenset()
+    # Backprop plans: False until the first training pass has narrowed ``backward`` and ``requires_grad`` to
+    # the tensors whose values can carry a gradient (see _narrow_to_gradient_dtypes).
+    dtypes_checked: bool = False
     # Inference only: per forward step, the intermediate tensors no later step reads. Dropping them at
     # once lets the allocator hand their (cache-warm) memory to the next operator's output instead of
     # growing the heap by every activation of the network (ResNet-44, batch 64: ~0.5 GB per call).
@@ -64,6 +69,7 @@ class ReferenceGraphExecutor(GraphExecutor):
             warnings.warn(f"d5 reference framework: operators {sorted(set(self._fallback_ops))} are not implemented by "
                           "d5 and run on onnx.reference (inference only, no gradient)", FallbackWarning, stacklevel=3)
         self._plans: dict[tuple, _Plan] = {}
+        self._memory = _MemoryCheck(self.network)
 
     @property
     def fallback_operators(self) -> list[str]:
@@ -82,8 +88,8 @@ class ReferenceGraphExecutor(GraphExecutor):
         except UnsupportedOperatorError as err:
             if not fallback or node.op_type in supported_operators():
                 raise UnsupportedOperatorError(f"node {node.name!r}: {err}") from None
-        except D5Error as err:
-            raise type(err)(f"node {node.name!r}: {err}") from None
+        except Exception as err:  # the backstop, as when the operator runs (operator_failure)
+            raise operator_failure(err, node, [], self.network.opset, "construction") from err
         from d5.frameworks.reference.operators.fallback import OnnxReferenceFallbackOp
         from d5.network.onnx_export import node_to_proto
 
@@ -97,13 +103,17 @@ class ReferenceGraphExecutor(GraphExecutor):
     def inference(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         feeds = self.check_inputs(inputs)
         plan = self._plan(frozenset(feeds), None)
+        self._memory.check(plan, feeds, training=False)
         values, _ = self._forward(plan, feeds, training=False)
         return {name: values[name] for name in plan.outputs}
 
     def inference_and_backprop(self, inputs: Mapping[str, Any], y: str = "loss") -> dict[str, np.ndarray]:
+        y = self.check_loss_name(y)
         feeds = self.check_inputs(inputs)
         plan = self._plan(frozenset(feeds), y)
+        self._memory.check(plan, feeds, training=True)
         values, results_by_node = self._forward(plan, feeds, training=True)
+        _narrow_to_gradient_dtypes(plan, values, self.network.get_params(), y)
         grads = self._backward(plan, values, results_by_node, y)
         params = self.network.params
         live = {name: value for name, value in values.items() if name not in params}
@@ -147,20 +157,9 @@ class ReferenceGraphExecutor(GraphExecutor):
             return _Plan(forward, outputs, release=_release_schedule(forward, outputs))
         if y not in known:
             raise GraphError(f"cannot compute {y!r} from the given inputs (missing {missing}) to differentiate it")
-        # Forward: which tensors depend on a trainable parameter. Backward: which of those reach y.
-        requires_grad = set(network.get_params())
-        for step in forward:
-            if any(t in requires_grad for t in step.inputs):
-                requires_grad.update(o for o in step.node.outputs if o)
-        reaches_y = {y}
-        backward = []
-        for step in reversed(forward):
-            if any(o in reaches_y for o in step.node.outputs) and any(t in requires_grad for t in step.inputs):
-                backward.append(step)
-                reaches_y.update(step.inputs)
-                # A hint operators may use to skip gradients nobody needs (e.g. the first Conv's input).
-                step.op.input_grad_required = tuple(t in requires_grad for t in step.inputs)
-        return _Plan(forward, outputs, backward, frozenset(requires_grad))
+        # Until the first training pass shows the tensors' dtypes, plan as if every tensor could carry a gradient.
+        backward, requires_grad = _gradient_flow(forward, network.get_params(), y, lambda name: True)
+        return _Plan(forward, outputs, backward, requires_grad)
 
     # ------------------------------------------------------------------ passes
     def _forward(self, plan: _Plan, feeds: dict[str, np.ndarray], training: bool):
@@ -173,10 +172,11 @@ class ReferenceGraphExecutor(GraphExecutor):
             op, node = step.op, step.node
             if op.training != training:
                 op.training = training
+            args = [values[t] if t else None for t in step.inputs]
             try:
-                results = as_tuple(op.forward([values[t] if t else None for t in step.inputs]))
-            except D5Error as err:
-                raise type(err)(f"node {node.name!r} ({node.op_type}): {err}") from None
+                results = as_tuple(op.forward(args))
+            except Exception as err:  # the backstop: whatever escapes an operator names its node
+                raise operator_failure(err, node, args, self.network.opset) from err
             if len(results) < sum(1 for o in node.outputs if o):
                 raise GraphError(f"node {node.name!r} ({node.op_type}) names {len(node.outputs)} outputs but its "
                                  f"operator returned {len(results)}")
@@ -208,8 +208,8 @@ class ReferenceGraphExecutor(GraphExecutor):
             fwd_inputs = [values[t] if t else None for t in step.inputs]
             try:
                 in_grads = as_tuple(step.op.backward(out_grads, fwd_inputs, list(results)))
-            except D5Error as err:
-                raise type(err)(f"node {node.name!r} ({node.op_type}) backward: {err}") from None
+            except Exception as err:  # the backstop, as in _forward
+                raise operator_failure(err, node, fwd_inputs, self.network.opset, "backward") from err
             for tensor, grad in zip(step.inputs, in_grads):
                 if grad is None or tensor not in plan.requires_grad:
                     continue
@@ -217,6 +217,137 @@ class ReferenceGraphExecutor(GraphExecutor):
                 # A new array, never in place: operators may pass gradients through without copying.
                 grads[tensor] = grad if previous is None else previous + grad
         return grads
+
+
+def _gradient_flow(forward: list[_Step], params: list[str], y: str,
+                   carries_gradient: Callable[[str], bool]) -> tuple[list[_Step], frozenset[str]]:
+    """The backward steps (in reverse order) and the tensors that need a gradient to differentiate ``y``.
+
+    A tensor requires a gradient when ``carries_gradient(tensor)`` (its values are floating point) and it is a
+    trainable parameter or an output of an operator with an input that requires one. So backpropagation stops
+    at integer and boolean tensors, where no gradient can flow: shapes, indices, masks, a Cast to int64. A
+    Swin attention mask built as Shape(activation) -> ConstantOfShape -> ScatterND is a constant (Shape's
+    output is int64), and ScatterND's or Gather's indices are never asked for a gradient.
+
+    It also stops at operators declared ``zero_gradient`` (Hardmax, EyeLike: locally constant outputs). It
+    does not stop at operators declared ``differentiable = False`` alone: most of them (Attention, TopK,
+    GridSample, control flow, ...) lack a gradient in d5 although one exists, and treating their float
+    outputs as constants would silently give wrong (zero) gradients; planned through, they raise an error
+    that names them. A step runs backward when one of its outputs requires a gradient and reaches ``y``
+    through tensors that require one.
+    """
+    requires_grad = {name for name in params if carries_gradient(name)}
+    for step in forward:
+        if not getattr(step.op, "zero_gradient", False) and any(t in requires_grad for t in step.inputs):
+            requires_grad.update(o for o in step.node.outputs if o and carries_gradient(o))
+    reaches_y = {y} & requires_grad
+    backward = []
+    for step in reversed(forward):
+        if any(o in reaches_y for o in step.node.outputs):
+            backward.append(step)
+            reaches_y.update(t for t in step.inputs if t in requires_grad)
+            # A hint operators may use to skip gradients nobody needs (e.g. the first Conv's input, indices).
+            step.op.input_grad_required = tuple(t in requires_grad for t in step.inputs)
+    return backward, frozenset(requires_grad)
+
+
+def _narrow_to_gradient_dtypes(plan: _Plan, values: Mapping[str, Any], params: list[str], y: str) -> None:
+    """Once per plan, after its first training forward pass: keep in the backward plan only tensors whose
+    values can carry a gradient. The actual values decide, not a type inference that custom operators would
+    escape; they are the same on every call, since inputs are cast to their declared dtypes and an ONNX
+    operator's output types follow from its input types."""
+    if not plan.dtypes_checked:
+        plan.backward, plan.requires_grad = _gradient_flow(
+            plan.forward, params, y, lambda name: _carries_gradient(values.get(name)))
+        plan.dtypes_checked = True
+
+
+def _carries_gradient(value: Any) -> bool:
+    """True for floating-point (or complex) arrays, bfloat16 and float8 included (ml_dtypes' kind 'V' types),
+    and Python floats (user-written operators may return them); False for integers, booleans, strings,
+    sequences and empty optionals."""
+    if isinstance(value, (float, complex)):
+        return True
+    if not isinstance(value, (np.ndarray, np.generic)):
+        return False
+    return value.dtype.kind in "fc" or (value.dtype.kind == "V" and "float" in value.dtype.name)
+
+
+class _MemoryCheck:
+    """Refuses a pass whose intermediate tensors cannot fit in the available memory, before it starts
+    (see :mod:`d5.network.memory`). Checked once per plan and input shapes, so steps pay a dict lookup."""
+
+    def __init__(self, network: Network) -> None:
+        self._network = network
+        self._shapes: dict | None = None  # ONNX shape inference, on the first check
+        self._checked: set[tuple] = set()
+
+    def check(self, plan: _Plan, feeds: Mapping[str, Any], training: bool) -> None:
+        signature = (id(plan), training, tuple((name, np.shape(value)) for name, value in feeds.items()
+                                               if isinstance(value, np.ndarray)))
+        if signature in self._checked:
+            return
+        if self._shapes is None:
+            try:
+                self._shapes = self._network.infer_shapes()
+            except D5Error:  # graphs ONNX cannot infer (custom operators): nothing is known in advance
+                self._shapes = {}
+        bindings, batch_symbol = _bindings(self._network, feeds)
+        estimate = (lambda b: _training_peak(plan, self._shapes, b)) if training else (
+            lambda b: _inference_peak(plan, self._shapes, b))
+        check_working_set(estimate, bindings, batch_symbol, "a training step" if training else "inference",
+                          shapes=self._shapes)
+        self._checked.add(signature)
+
+
+def _bindings(network: Network, feeds: Mapping[str, Any]) -> tuple[dict[str, int], str | None]:
+    """Values of the symbolic dimensions given by the fed inputs, and the batch symbol (the symbolic first
+    dimension of the first input that has one)."""
+    bindings: dict[str, int] = {}
+    batch_symbol = None
+    for name, info in network.inputs.items():
+        value = feeds.get(name)
+        if info.shape is None or not isinstance(value, np.ndarray) or value.ndim != len(info.shape):
+            continue
+        for axis, dim in enumerate(info.shape):
+            if isinstance(dim, str):
+                bindings.setdefault(dim, value.shape[axis])
+                if axis == 0 and batch_symbol is None:
+                    batch_symbol = dim
+    return bindings, batch_symbol
+
+
+def _sizes(steps: list[_Step], shapes: Mapping, bindings: Mapping[str, int]) -> dict[str, int]:
+    sizes = {}
+    for step in steps:
+        for name in step.node.outputs:
+            nbytes = tensor_nbytes(shapes.get(name), bindings) if name else None
+            if nbytes:
+                sizes[name] = nbytes
+    return sizes
+
+
+def _inference_peak(plan: _Plan, shapes: Mapping, bindings: Mapping[str, int]) -> dict[str, int]:
+    """The tensors alive together at the largest point of an inference pass (intermediates are freed after
+    their last reader, see _release_schedule)."""
+    sizes = _sizes(plan.forward, shapes, bindings)
+    live: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    for index, step in enumerate(plan.forward):
+        live.update((name, sizes[name]) for name in step.node.outputs if name in sizes)
+        if sum(live.values()) > sum(peak.values()):
+            peak = dict(live)
+        for name in plan.release[index] if plan.release else ():
+            live.pop(name, None)
+    return peak
+
+
+def _training_peak(plan: _Plan, shapes: Mapping, bindings: Mapping[str, int]) -> dict[str, int]:
+    """A training pass keeps every forward tensor for backward and adds a gradient for each tensor that
+    requires one (parameters' included)."""
+    sizes = _sizes(plan.forward, shapes, bindings)
+    grads = {f"{name} (gradient)": nbytes for name, nbytes in sizes.items() if name in plan.requires_grad}
+    return {**sizes, **grads}
 
 
 def _release_schedule(forward: list[_Step], outputs: list[str]) -> list[tuple[str, ...]]:

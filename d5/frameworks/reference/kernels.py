@@ -1,5 +1,5 @@
-"""Python side of d5's C++ reference kernels: the lazy loader of ``d5._C`` and the window geometry
-(ONNX ``auto_pad`` / ``pads`` / ``ceil_mode`` -> output size) that convolution and pooling share.
+"""Python side of d5's C++ reference kernels: the lazy loader of ``d5._C`` and the 2-D window (resolved from
+the neutral ONNX window geometry of :mod:`d5.ops.onnx_semantics`) that convolution and pooling share.
 
 ``d5._C`` is imported on first use, never at import of d5, so that the pure-Python parts of d5 work
 (and say what to do) when the extension has not been built.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
-import math
 import os
 from types import ModuleType
 from typing import Iterator, Sequence
@@ -24,6 +23,8 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from d5.errors import D5Error, ShapeError, UnsupportedOperatorError
+# Window geometry is framework-neutral ONNX semantics; re-exported here for the reference operators.
+from d5.ops.onnx_semantics import AUTO_PAD_MODES, WindowGeometry, window_geometry
 
 _native: ModuleType | None = None
 
@@ -33,9 +34,6 @@ _native: ModuleType | None = None
 # from ~20 ms to ~12 ms with a short spin). Applied only when the user set neither variable, and only
 # while d5._C (and with it libgomp, which reads its settings once when loaded) is imported.
 _DEFAULT_GOMP_SPINCOUNT = "10000"
-
-AUTO_PAD_MODES = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
-
 
 def load_native() -> ModuleType:
     """Return the compiled extension ``d5._C``, importing it on first call.
@@ -88,6 +86,43 @@ def _short_openmp_spin() -> Iterator[None]:
             os.environ.pop("GOMP_SPINCOUNT", None)
 
 
+def set_num_threads(threads: int) -> int:
+    """Set the reference framework's one thread budget; returns the previous one.
+
+    The thread policy: d5's C++ kernels parallelize with their own OpenMP threads (over images, or inside
+    one image over channels and tiles of the GEMM), and call BLAS single-threaded from those threads, so
+    BLAS's thread pool never runs beside them. NumPy's BLAS (Gemm, MatMul and the like) keeps its own pool.
+    This function gives both pools, and d5's OpenMP threads, the same size, so nothing oversubscribes the
+    cores; idle OpenMP threads spin only briefly before sleeping (``GOMP_SPINCOUNT``, see
+    :func:`load_native`). ``OMP_NUM_THREADS`` sets the same budget at start-up. Results do not depend on
+    the thread count: the kernels reduce in an order fixed by the shapes alone.
+
+    >>> previous = set_num_threads(1)
+    >>> load_native().max_threads()
+    1
+    >>> _ = set_num_threads(previous)
+    """
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise D5Error(f"set_num_threads: expected a positive integer number of threads, got {threads!r}")
+    from threadpoolctl import threadpool_limits
+
+    native = load_native()
+    previous = native.max_threads()
+    native.set_num_threads(threads)
+    # Every BLAS loaded in the process (NumPy's and SciPy's OpenBLAS) and the OpenMP runtime d5._C uses.
+    threadpool_limits(limits=threads)
+    return previous
+
+
+def num_threads() -> int:
+    """The reference framework's thread budget (see :func:`set_num_threads`).
+
+    >>> num_threads() >= 1
+    True
+    """
+    return load_native().max_threads()
+
+
 def native_available() -> bool:
     """True when ``d5._C`` can be imported.
 
@@ -125,65 +160,6 @@ def as_kernel_array(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
     True
     """
     return np.ascontiguousarray(array, dtype=dtype)
-
-
-@dataclasses.dataclass(frozen=True)
-class WindowGeometry:
-    """Output size and the pads actually applied, per spatial axis."""
-
-    out: tuple[int, ...]
-    pads_begin: tuple[int, ...]
-    pads_end: tuple[int, ...]
-
-
-def window_geometry(spatial: Sequence[int], kernel: Sequence[int], *, strides: Sequence[int],
-                    dilations: Sequence[int], pads: Sequence[int], auto_pad: str = "NOTSET",
-                    ceil_mode: bool = False, op_name: str = "window") -> WindowGeometry:
-    """Resolve ONNX padding attributes into output sizes and explicit pads (begin/end per axis).
-
-    ``pads`` is in ONNX order ``[x1_begin, x2_begin, ..., x1_end, x2_end, ...]`` and is used only when
-    ``auto_pad`` is ``NOTSET``. ``SAME_UPPER``/``SAME_LOWER`` give ``ceil(in / stride)`` outputs and put
-    the odd pad at the end/beginning; ``VALID`` pads nothing. With ``ceil_mode`` (pooling) the last
-    window may overhang, but, as in PyTorch, it must start inside the input or the leading pad.
-
-    >>> window_geometry((5,), (2,), strides=(2,), dilations=(1,), pads=(0, 0), ceil_mode=True)
-    WindowGeometry(out=(3,), pads_begin=(0,), pads_end=(0,))
-    >>> window_geometry((5,), (3,), strides=(2,), dilations=(1,), pads=(0, 0), auto_pad="SAME_LOWER")
-    WindowGeometry(out=(3,), pads_begin=(1,), pads_end=(1,))
-    """
-    rank = len(spatial)
-    if auto_pad not in AUTO_PAD_MODES:
-        raise ShapeError(f"{op_name}: auto_pad must be one of {', '.join(AUTO_PAD_MODES)}, got {auto_pad!r}")
-    for name, values, minimum in (("kernel_shape", kernel, 1), ("strides", strides, 1), ("dilations", dilations, 1)):
-        if len(values) != rank or any(int(v) < minimum for v in values):
-            raise ShapeError(f"{op_name}: {name} must be {rank} integers >= {minimum} (one per spatial axis "
-                             f"of the input), got {list(values)}")
-    if len(pads) != 2 * rank or any(int(p) < 0 for p in pads):
-        raise ShapeError(f"{op_name}: pads must be {2 * rank} non-negative integers (begin values, then end "
-                         f"values), got {list(pads)}")
-    out, begin, end = [], [], []
-    for axis in range(rank):
-        size, stride = int(spatial[axis]), int(strides[axis])
-        extent = (int(kernel[axis]) - 1) * int(dilations[axis]) + 1  # the dilated kernel's reach
-        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            n_out = -(-size // stride)
-            total = max((n_out - 1) * stride + extent - size, 0)
-            small, large = total // 2, total - total // 2
-            pad_begin, pad_end = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
-        else:
-            pad_begin, pad_end = (0, 0) if auto_pad == "VALID" else (int(pads[axis]), int(pads[axis + rank]))
-            span = size + pad_begin + pad_end - extent
-            if span < 0:
-                raise ShapeError(f"{op_name}: the kernel (extent {extent} with dilation) is larger than spatial axis "
-                                 f"{axis} of the padded input ({size} + pads {pad_begin}+{pad_end}); use a smaller "
-                                 "kernel or more padding")
-            n_out = (math.ceil(span / stride) if ceil_mode else span // stride) + 1
-            if ceil_mode and (n_out - 1) * stride >= size + pad_begin:
-                n_out -= 1  # the last window would start in the trailing pad and see no input
-        out.append(n_out)
-        begin.append(pad_begin)
-        end.append(pad_end)
-    return WindowGeometry(tuple(out), tuple(begin), tuple(end))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,4 +209,4 @@ def resolve_window_2d(op_name: str, spatial: Sequence[int], kernel_shape: Sequen
 
 
 __all__ = ["AUTO_PAD_MODES", "Window2D", "WindowGeometry", "as_kernel_array", "compute_dtype", "load_native",
-           "native_available", "resolve_window_2d", "window_geometry"]
+           "native_available", "num_threads", "resolve_window_2d", "set_num_threads", "window_geometry"]

@@ -25,6 +25,24 @@ def normalize_axis(op_name: str, axis: int, ndim: int) -> int:
     return axis % ndim
 
 
+def require_float(op_name: str, x) -> np.ndarray:
+    """``x`` if it is a floating-point tensor (bfloat16 included), else a ShapeError naming the operator:
+    Softmax-like operators are defined on floats only, and NumPy's error for an integer input (a failed cast
+    inside exp) says nothing useful. Validation catches this wherever the input's type is known in advance.
+
+    >>> require_float("Softmax", np.array([1, 2]))
+    Traceback (most recent call last):
+    ...
+    d5.errors.ShapeError: Softmax takes a floating-point tensor (float16, float32, float64 or bfloat16), got int64; Cast it first
+    """
+    dtype = getattr(x, "dtype", None)
+    if dtype is None or not (dtype.kind == "f" or dtype.name == "bfloat16"):
+        found = dtype if dtype is not None else type(x).__name__
+        raise ShapeError(f"{op_name} takes a floating-point tensor (float16, float32, float64 or bfloat16), got "
+                         f"{found}; Cast it first")
+    return x
+
+
 def _like(array: np.ndarray, value: float) -> np.ndarray:
     # A Python float next to a 0-d float32 array promotes the result to float64 (numpy 1.x value-based
     # casting treats 0-d arrays as scalars); a 0-d array of the same dtype does not.
@@ -37,6 +55,8 @@ def log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
     >>> log_softmax(np.array([1000.0, 1000.0]), 0).round(4)
     array([-0.6931, -0.6931])
     """
+    if x.size == 0:  # an empty tensor normalizes to an empty tensor (max of an empty axis would raise)
+        return x.copy()
     out = x - x.max(axis=axis, keepdims=True)
     # out is a fresh array, so the exp can go into a scratch buffer and the subtraction in place.
     out -= np.log(np.exp(out).sum(axis=axis, keepdims=True))
@@ -132,8 +152,10 @@ class Softmax(ReferenceOp):
         self.axis = int(axis)
 
     def forward(self, inputs):
-        x = inputs[0]
+        x = require_float("Softmax", inputs[0])
         axis = normalize_axis("Softmax", self.axis, x.ndim)
+        if x.size == 0:  # as in log_softmax
+            return x.copy()
         out = x - x.max(axis=axis, keepdims=True)
         np.exp(out, out=out)
         out /= out.sum(axis=axis, keepdims=True)
@@ -157,7 +179,7 @@ class LogSoftmax(ReferenceOp):
         self.axis = int(axis)
 
     def forward(self, inputs):
-        x = inputs[0]
+        x = require_float("LogSoftmax", inputs[0])
         return log_softmax(x, normalize_axis("LogSoftmax", self.axis, x.ndim))
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
@@ -204,7 +226,8 @@ class Dropout(ReferenceOp):
             # Spawning is how SeedSequence hands out independent child streams; no global RNG is touched.
             self._seed_sequence = Dropout._default_seeds.spawn(1)[0]
         else:
-            self._seed_sequence = np.random.SeedSequence(int(seed))
+            # ONNX seeds are any int64; SeedSequence takes non-negative ones, so -1 uses its two's complement.
+            self._seed_sequence = np.random.SeedSequence(int(seed) % 2 ** 64)
         self.reset_rng()
 
     def reset_rng(self) -> None:

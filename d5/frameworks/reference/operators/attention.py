@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.frameworks.reference.operators.checks import require_broadcastable
 from d5.frameworks.reference.operators.registry import ReferenceOp, register
 
 # qk_matmul_output_mode values: what the fourth output holds.
@@ -127,6 +128,13 @@ class Attention(ReferenceOp):
             k = _split_heads(k, self.kv_num_heads, "K")
             v = _split_heads(v, self.kv_num_heads, "V")
         if past_key is not None:
+            past_key, past_value = np.asarray(past_key), np.asarray(past_value)
+            if past_key.ndim != 4 or past_value.ndim != 4 or past_key.shape[:2] != k.shape[:2] \
+                    or past_value.shape[:2] != v.shape[:2] or past_key.shape[3] != k.shape[3] \
+                    or past_value.shape[3] != v.shape[3] or past_key.shape[2] != past_value.shape[2]:
+                raise ShapeError(f"Attention: past_key and past_value must be 4-D (batch, kv_heads, past_len, "
+                                 f"head_size) matching K {k.shape} and V {v.shape}, got {past_key.shape} and "
+                                 f"{past_value.shape}")
             k = np.concatenate([np.asarray(past_key).astype(k.dtype, copy=False), k], axis=2)
             v = np.concatenate([np.asarray(past_value).astype(v.dtype, copy=False), v], axis=2)
         present_key, present_value = k, v
@@ -148,6 +156,7 @@ class Attention(ReferenceOp):
         if self.softcap > 0:
             scores = self.softcap * np.tanh(scores / self.softcap)
         bias = self._bias(mask, q.shape[2], k.shape[2], past_key, nonpad, q.shape[0], dtype)
+        require_broadcastable("Attention", bias, "attn_mask (with the causal and padding masks)", scores.shape)
         with np.errstate(invalid="ignore"):
             biased = scores + bias
         probabilities = self._softmax(biased, bias)
@@ -162,9 +171,15 @@ class Attention(ReferenceOp):
 
     def _bias(self, mask, q_len: int, kv_len: int, past_key, nonpad, batch: int, dtype) -> np.ndarray:
         """Additive bias (0 or -inf, plus a float mask), broadcastable to (batch, heads, q, kv)."""
+        if nonpad is not None and np.size(nonpad) != batch:
+            raise ShapeError(f"Attention: nonpad_kv_seqlen must have one length per batch item ({batch}), got shape "
+                             f"{np.shape(nonpad)}")
         bias = np.zeros((q_len, kv_len), dtype)
         if mask is not None:
             mask = np.asarray(mask)
+            if not 1 <= mask.ndim <= 4:
+                raise ShapeError(f"Attention: attn_mask must have 1 to 4 dimensions (broadcast to (batch, heads, q_len, "
+                                 f"kv_len)), got shape {mask.shape}")
             if mask.shape[-1] > kv_len:
                 raise ShapeError(f"Attention: attn_mask covers {mask.shape[-1]} keys but there are only {kv_len}")
             if mask.dtype == np.bool_:

@@ -17,6 +17,7 @@ from d5.frameworks.reference.kernels import compute_dtype
 from d5.frameworks.reference.operators.image_ops import _optional_array
 from d5.frameworks.reference.operators.layer_norm import _STASH_TYPES, _normalize, _normalize_backward
 from d5.frameworks.reference.operators.registry import ReferenceOp, register
+from d5.ops.onnx_semantics import check_window_attributes
 
 
 def _channel_window_sum(a: np.ndarray, before: int, after: int) -> np.ndarray:
@@ -225,6 +226,7 @@ class MaxUnpool(ReferenceOp):
         rank = len(self.kernel_shape)
         self.pads = tuple(int(p) for p in pads) if pads else (0,) * (2 * rank)
         self.strides = tuple(int(s) for s in strides) if strides else (1,) * rank
+        check_window_attributes("MaxUnpool", kernel_shape=self.kernel_shape, strides=self.strides, pads=self.pads)
         if len(self.pads) != 2 * rank or len(self.strides) != rank:
             raise ShapeError(f"MaxUnpool: kernel_shape {list(self.kernel_shape)} needs {2 * rank} pads and {rank} "
                              f"strides, got pads {list(self.pads)} and strides {list(self.strides)}")

@@ -89,6 +89,17 @@ def _scalar(op: str, value: Any, what: str, kind: type) -> Any:
     return kind(array.reshape(()))
 
 
+def _stack_scan_output(op: str, name: str, values: list) -> np.ndarray:
+    """The per-iteration values of a scan output stacked along a new first axis; ONNX requires them to
+    have one shape (numpy's own error would not say which output or iteration)."""
+    arrays = [np.asarray(v) for v in values]
+    for iteration, array in enumerate(arrays):
+        if array.shape != arrays[0].shape:
+            raise ShapeError(f"{op}: the body's scan output {name!r} has shape {arrays[0].shape} in iteration 0 but "
+                             f"{array.shape} in iteration {iteration}; a scan output must keep one shape")
+    return np.stack(arrays)
+
+
 def _empty_scan_output(info) -> np.ndarray:
     """A scan output of zero iterations: shape (0, *element shape) when the body declares it."""
     if info is None:
@@ -143,7 +154,7 @@ class Loop(_ControlFlowOp):
         stacked = []
         for index, values in enumerate(scans):
             name = body.outputs[1 + carried_count + index]
-            stacked.append(np.stack([np.asarray(v) for v in values]) if values else
+            stacked.append(_stack_scan_output("Loop", name, values) if values else
                            _empty_scan_output(body.declared_types.get(name)))
         return (*carried, *stacked)
 
@@ -185,7 +196,8 @@ class Scan(_ControlFlowOp):
                 name = body.outputs[len(states) + index]
                 stacked.append(_empty_scan_output(body.declared_types.get(name)))
                 continue
-            array = np.stack(values[::-1] if out_dirs[index] else values)
+            name = body.outputs[len(states) + index]
+            array = _stack_scan_output("Scan", name, values[::-1] if out_dirs[index] else values)
             stacked.append(np.moveaxis(array, 0, _axis(out_axes[index], array.ndim)))
         return (*states, *stacked)
 

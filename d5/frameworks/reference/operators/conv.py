@@ -24,6 +24,7 @@ from d5.errors import ShapeError
 from d5.frameworks.reference.kernels import Window2D, as_kernel_array, compute_dtype, load_native
 from d5.frameworks.reference.operators.windows_nd import WindowND, resolve_window, window_kernels
 from d5.frameworks.reference.operators.registry import ReferenceOp, register
+from d5.ops.onnx_semantics import check_window_attributes
 
 
 @register("Conv")
@@ -56,6 +57,8 @@ class Conv(ReferenceOp):
         self.strides = None if strides is None else tuple(int(s) for s in strides)
         if self.group < 1:
             raise ShapeError(f"Conv: group must be a positive integer, got {group}")
+        check_window_attributes("Conv", auto_pad=self.auto_pad, kernel_shape=self.kernel_shape, strides=self.strides,
+                                dilations=self.dilations, pads=self.pads)
 
     # -- forward / backward ---------------------------------------------------------------------------
 

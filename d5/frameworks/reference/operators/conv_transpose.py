@@ -16,10 +16,11 @@ from typing import Sequence
 import numpy as np
 
 from d5.errors import ShapeError, UnsupportedOperatorError
-from d5.frameworks.reference.kernels import AUTO_PAD_MODES, as_kernel_array, compute_dtype
+from d5.frameworks.reference.kernels import as_kernel_array, compute_dtype
 from d5.frameworks.reference.operators.registry import ReferenceOp, register
 from d5.frameworks.reference.operators.conv import output_dtype
 from d5.frameworks.reference.operators.windows_nd import window_kernels
+from d5.ops.onnx_semantics import check_window_attributes
 
 
 def _ints(values) -> tuple[int, ...] | None:
@@ -47,8 +48,6 @@ class ConvTranspose(ReferenceOp):
                  strides: Sequence[int] | None = None) -> None:
         super().__init__()
         self.auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
-        if self.auto_pad not in AUTO_PAD_MODES:
-            raise ShapeError(f"ConvTranspose: auto_pad must be one of {', '.join(AUTO_PAD_MODES)}, got {auto_pad!r}")
         self.dilations = _ints(dilations)
         self.group = int(group)
         self.kernel_shape = _ints(kernel_shape)
@@ -58,6 +57,9 @@ class ConvTranspose(ReferenceOp):
         self.strides = _ints(strides)
         if self.group < 1:
             raise ShapeError(f"ConvTranspose: group must be a positive integer, got {group}")
+        check_window_attributes("ConvTranspose", auto_pad=self.auto_pad, kernel_shape=self.kernel_shape,
+                                strides=self.strides, dilations=self.dilations, pads=self.pads,
+                                output_padding=self.output_padding)
 
     def forward(self, inputs):
         x, w, b, geo = self._prepare(inputs)

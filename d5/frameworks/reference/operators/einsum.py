@@ -60,6 +60,12 @@ def _numpy_native(dtype: np.dtype) -> bool:
     return dtype.kind in "biufc" and np.dtype(dtype.str) == dtype  # a dtype numpy's own loops handle
 
 
+def _einsum_dtype(dtype: np.dtype) -> bool:
+    """The dtypes ONNX Einsum defines (integers, float16/32/64), plus bfloat16, computed in float32; not
+    bool, strings, complex or float8 (whose float32 round trip would pass for an Einsum ONNX does not have)."""
+    return (dtype.kind in "iuf" and _numpy_native(dtype)) or dtype.name == "bfloat16"
+
+
 @register("Einsum")
 class Einsum(ReferenceOp):
     """ONNX Einsum: ``Output = numpy.einsum(equation, *Inputs)``; dtype-preserving.
@@ -75,6 +81,10 @@ class Einsum(ReferenceOp):
 
     def forward(self, inputs):
         arrays = [np.asarray(a) for a in inputs]
+        for index, array in enumerate(arrays):
+            if not _einsum_dtype(array.dtype):
+                raise ShapeError(f"Einsum: operand {index} has dtype {array.dtype}; Einsum takes integer tensors and "
+                                 "float16, float32, float64 or bfloat16. Cast it first")
         _parse(self.equation, [a.shape for a in arrays])
         exotic = {a.dtype for a in arrays if not _numpy_native(a.dtype)}
         if exotic:

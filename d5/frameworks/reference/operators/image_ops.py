@@ -25,7 +25,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from d5.errors import ShapeError
+from d5.frameworks.reference.operators.checks import require_rank
 from d5.frameworks.reference.operators.registry import NonDifferentiableOp, ReferenceOp, register
+from d5.ops.onnx_semantics import check_window_attributes
 
 
 def _text(value: Any) -> str:
@@ -91,8 +93,10 @@ class Resize(ReferenceOp):
     # -- geometry
     def _plan(self, inputs) -> list[tuple[int, float, int, tuple[float, float] | None]]:
         """(axis, scale, output length, roi) for every axis that changes."""
-        x = inputs[0]
+        x = require_rank("Resize", inputs[0], "X", at_least=1)
         ndim = x.ndim
+        if self.axes is not None and not all(-ndim <= a < ndim for a in self.axes):
+            raise ShapeError(f"Resize: axes {self.axes} out of range for X of rank {ndim}; use axes in [{-ndim}, {ndim})")
         if len(inputs) == 2:  # opset 10: (X, scales), asymmetric coordinates
             roi, scales, sizes = None, _optional_array(inputs, 1), None
         else:
@@ -104,6 +108,8 @@ class Resize(ReferenceOp):
             sizes = [int(s) for s in sizes.reshape(-1)]
             if len(sizes) != len(axes):
                 raise ShapeError(f"Resize: {len(sizes)} sizes for {len(axes)} axes")
+            if min(sizes, default=0) < 0:
+                raise ShapeError(f"Resize: sizes must not be negative, got {sizes}")
             scale_of = {a: s / x.shape[a] for a, s in zip(axes, sizes)}
             if self.policy != "stretch":
                 pick = min if self.policy == "not_larger" else max
@@ -122,6 +128,9 @@ class Resize(ReferenceOp):
         if roi is not None and self.coordinate_mode == "tf_crop_and_resize":
             roi = roi.reshape(-1).astype(np.float64)
             count = len(axes)
+            if roi.size != 2 * count:
+                raise ShapeError(f"Resize: roi must hold 2 values per resized axis (starts, then ends): {2 * count} "
+                                 f"for {count} axes, got {roi.size}")
             roi_of = {a: (roi[i], roi[count + i]) for i, a in enumerate(axes)}
         plan = []
         for axis in axes:
@@ -282,7 +291,8 @@ class GridSample(NonDifferentiableOp):
         return [(base + k, _cubic_kernel(t - k, -0.75)) for k in (-1, 0, 1, 2)]
 
     def forward(self, inputs):
-        x, grid = inputs[0], np.asarray(inputs[1], dtype=np.float64)
+        x = require_rank("GridSample", inputs[0], "X (N, C, *spatial)", at_least=3)
+        grid = require_rank("GridSample", inputs[1], "grid (N, *output, spatial rank)", rank=x.ndim).astype(np.float64)
         spatial = x.shape[2:]
         if grid.shape[-1] != len(spatial) or grid.shape[0] != x.shape[0]:
             raise ShapeError(f"GridSample: grid of shape {grid.shape} does not match X of shape {x.shape}; "
@@ -393,7 +403,7 @@ class SpaceToDepth(ReferenceOp):
         return (0, 3, 5, 1, 2, 4) if self.mode == "DCR" else (0, 1, 3, 5, 2, 4)
 
     def forward(self, inputs):
-        x = inputs[0]
+        x = require_rank("SpaceToDepth", inputs[0], "input", rank=4)
         n, c, h, w = x.shape
         b = self.blocksize
         if h % b or w % b:
@@ -432,7 +442,7 @@ class DepthToSpace(ReferenceOp):
         return (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
 
     def forward(self, inputs):
-        x = inputs[0]
+        x = require_rank("DepthToSpace", inputs[0], "input", rank=4)
         n, c, h, w = x.shape
         b = self.blocksize
         split, perm = self._layout(x.shape)
@@ -463,10 +473,12 @@ class LpPool(NonDifferentiableOp):
         self.pads = None if pads is None else [int(v) for v in pads]
         self.strides = None if strides is None else [int(v) for v in strides]
         self.dilations = None if dilations is None else [int(v) for v in dilations]
+        check_window_attributes("LpPool", auto_pad=self.auto_pad, kernel_shape=self.kernel, strides=self.strides,
+                                dilations=self.dilations, pads=self.pads)
 
     def forward(self, inputs):
-        x = inputs[0]
         dims = len(self.kernel)
+        x = require_rank("LpPool", inputs[0], f"X (N, C and {dims} spatial axes, from kernel_shape)", rank=dims + 2)
         strides = self.strides or [1] * dims
         dilations = self.dilations or [1] * dims
         pads = self.pads or [0] * (2 * dims)
@@ -514,12 +526,16 @@ class Col2Im(NonDifferentiableOp):
         self.dilations = None if dilations is None else [int(v) for v in dilations]
         self.pads = None if pads is None else [int(v) for v in pads]
         self.strides = None if strides is None else [int(v) for v in strides]
+        check_window_attributes("Col2Im", strides=self.strides, dilations=self.dilations, pads=self.pads)
 
     def forward(self, inputs):
-        columns = inputs[0]
-        image = [int(v) for v in np.asarray(inputs[1]).reshape(-1)]
-        block = [int(v) for v in np.asarray(inputs[2]).reshape(-1)]
+        columns = require_rank("Col2Im", inputs[0], "input (N, C * prod(block_shape), L)", rank=3)
+        image = [int(v) for v in require_rank("Col2Im", inputs[1], "image_shape", rank=1)]
+        block = [int(v) for v in require_rank("Col2Im", inputs[2], "block_shape", rank=1)]
         dims = len(image)
+        if len(block) != dims or min(image + block, default=1) < 1:
+            raise ShapeError(f"Col2Im: image_shape {image} and block_shape {block} must have the same length and "
+                             "positive entries")
         dilations = self.dilations or [1] * dims
         pads = self.pads or [0] * (2 * dims)
         strides = self.strides or [1] * dims
@@ -553,10 +569,13 @@ class CenterCropPad(NonDifferentiableOp):
 
     def forward(self, inputs):
         x = inputs[0]
+        x = require_rank("CenterCropPad", x, "input_data", at_least=1)
         target = [int(v) for v in np.asarray(inputs[1]).reshape(-1)]
         axes = list(range(x.ndim)) if self.axes is None else [a % x.ndim for a in self.axes]
         if len(target) != len(axes):
             raise ShapeError(f"CenterCropPad: shape {target} has {len(target)} entries for {len(axes)} axes")
+        if min(target, default=0) < 0:
+            raise ShapeError(f"CenterCropPad: the target shape must not have negative sizes, got {target}")
         out_shape = list(x.shape)
         source = [slice(None)] * x.ndim
         destination = [slice(None)] * x.ndim

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.frameworks.reference.operators.checks import scalar_input
 from d5.frameworks.reference.operators.elementwise import broadcast_error, ensure_array
 from d5.frameworks.reference.operators.registry import NonDifferentiableOp, ReferenceOp, register
 
@@ -179,8 +180,14 @@ class NonMaxSuppression(_NoGradient):
     """Greedy per-batch, per-class box selection: keep the best-scoring box, drop those overlapping it by
     more than ``iou_threshold``, repeat. Output rows are ``[batch, class, box]`` (int64).
 
-    Inputs: boxes (B, N, 4), scores (B, C, N), optional max_output_boxes_per_class, iou_threshold and
-    score_threshold scalars. ``center_point_box=1`` reads boxes as ``[x_center, y_center, w, h]``.
+    Inputs: boxes (B, N, 4), scores (B, C, N), optional max_output_boxes_per_class (absent: no output),
+    iou_threshold (in [0, 1], default 0) and score_threshold (keep only scores above it) scalars.
+    ``center_point_box=1`` reads boxes as ``[x_center, y_center, w, h]``, 0 as two opposite corners
+    ``[y1, x1, y2, x2]``.
+
+    Decisions equal onnxruntime's: candidates in descending score order, equal scores by box index; the IoU
+    computed in float32 with onnxruntime's formula (so a box exactly at the threshold goes the same way);
+    a box of zero (or NaN) area neither suppresses nor is suppressed.
 
     >>> boxes = np.array([[[0, 0, 1, 1], [0, 0.1, 1, 1.1], [0, 5, 1, 6]]], np.float32)
     >>> NonMaxSuppression().forward([boxes, np.array([[[0.9, 0.8, 0.7]]], np.float32), np.array([3]),
@@ -188,57 +195,141 @@ class NonMaxSuppression(_NoGradient):
     [[0, 0, 0], [0, 0, 2]]
     """
 
+    # The greedy loop runs over candidates in blocks: all (block member, later candidate) pairs whose boxes
+    # may overlap are tested for suppression in one vectorized step; only the bookkeeping of which member
+    # survives stays a Python loop. At most _BLOCK members and about _PAIRS pairs per step bound the memory.
+    _BLOCK = 128
+    _PAIRS = 1 << 19
+
     def __init__(self, center_point_box: int = 0) -> None:
         super().__init__()
         self.center_point_box = int(center_point_box)
+        if self.center_point_box not in (0, 1):
+            raise ShapeError(f"NonMaxSuppression: center_point_box must be 0 or 1, got {center_point_box}")
 
     def _corners(self, boxes: np.ndarray) -> np.ndarray:
-        """(…, 4) boxes as ``[y1, x1, y2, x2]`` with y1 <= y2 and x1 <= x2 (corners may come flipped)."""
-        boxes = boxes.astype(np.float64)
+        """(…, 4) float32 boxes as ``[x_min, y_min, x_max, y_max]``, computed as onnxruntime does (in float32;
+        corners may come flipped, center-format boxes are not flipped)."""
+        boxes = boxes.astype(np.float32, copy=False)
         if self.center_point_box:
             xc, yc, w, h = np.moveaxis(boxes, -1, 0)
-            return np.stack([yc - h / 2, xc - w / 2, yc + h / 2, xc + w / 2], axis=-1)
+            return np.stack([xc - w / 2, yc - h / 2, xc + w / 2, yc + h / 2], axis=-1)
         y1, x1, y2, x2 = np.moveaxis(boxes, -1, 0)
-        return np.stack([np.minimum(y1, y2), np.minimum(x1, x2), np.maximum(y1, y2), np.maximum(x1, x2)], axis=-1)
+        return np.stack([np.minimum(x1, x2), np.minimum(y1, y2), np.maximum(x1, x2), np.maximum(y1, y2)], axis=-1)
 
     @staticmethod
-    def _iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
-        height = np.clip(np.minimum(box[2], others[:, 2]) - np.maximum(box[0], others[:, 0]), 0, None)
-        width = np.clip(np.minimum(box[3], others[:, 3]) - np.maximum(box[1], others[:, 1]), 0, None)
-        intersection = height * width
-        area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])  # noqa: E731
-        union = area(box) + area(others) - intersection
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(union > 0, intersection / union, 0.0)
+    def _suppresses(edges: tuple, area: np.ndarray, s: np.ndarray, j: np.ndarray, limit: np.float32):
+        """The pairs of ``s`` and ``j`` (boxes of positive area) where box s suppresses box j, IoU > limit, computed
+        as onnxruntime does in float32. ``edges`` are the x_min, y_min, x_max, y_max arrays."""
+        x_min, y_min, x_max, y_max = edges
+        x0, y0 = np.maximum(x_min[s], x_min[j]), np.maximum(y_min[s], y_min[j])
+        x1, y1 = np.minimum(x_max[s], x_max[j]), np.minimum(y_max[s], y_max[j])
+        intersection = (x1 - x0) * (y1 - y0)
+        union = area[s] + area[j] - intersection
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            hit = (x1 > x0) & (y1 > y0) & (intersection > 0) & (union > 0) & (intersection / union > limit)
+        hit = np.flatnonzero(hit)
+        return s[hit], j[hit]
+
+    def _select(self, box: np.ndarray, scores: np.ndarray, max_boxes: int, iou_limit: np.float32,
+                score_limit: np.float32 | None) -> np.ndarray:
+        """Indices of the boxes kept for one batch entry and class, in selection order."""
+        candidates = np.arange(scores.size) if score_limit is None else np.flatnonzero(scores > score_limit)
+        order = candidates[np.argsort(-scores[candidates], kind="stable")]
+        box = box[order]  # from here on a box is named by its rank in the greedy order
+        with np.errstate(invalid="ignore", over="ignore"):
+            area = (box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])
+        can_overlap = area > 0  # boxes of zero or NaN area neither suppress nor are suppressed
+        if not can_overlap.any():
+            return order[:max_boxes]
+        edges = tuple(np.ascontiguousarray(box[:, axis]) for axis in range(4))
+        # Sweep structure: the undecided boxes that can overlap (the pool), sorted by left edge. Box j can
+        # overlap box s only if x_min[s] - widest < x_min[j] < x_max[s], a contiguous range of the pool. The
+        # lower bound is computed in float64 and widened a little, so that rounding never drops a pair; the
+        # exact float32 test follows.
+        pool = np.flatnonzero(can_overlap)
+        widest = float(np.max(edges[2][pool].astype(np.float64) - edges[0][pool])) * (1 + 2.0 ** -40)
+        lower = np.nextafter(edges[0].astype(np.float64) - widest, -np.inf)
+        pool = pool[np.argsort(edges[0][pool], kind="stable")]
+        suppressed = np.zeros(len(box), bool)
+        kept: list[int] = []
+        start = 0
+        while start < len(box):
+            if start:  # drop the boxes decided so far (suppressed, or ranked before this block): it stays sorted
+                pool = pool[(pool >= start) & ~suppressed[pool]]
+            left = edges[0][pool]
+            members = np.arange(start, min(start + self._BLOCK, len(box)))
+            active = members[can_overlap[members] & ~suppressed[members]]
+            lo = np.searchsorted(left, lower[active], "left")
+            hi = np.maximum(np.searchsorted(left, edges[2][active], "left"), lo)
+            # Bound the pairs examined at once; the block ends before the first active box left out.
+            fits = max(1, int(np.searchsorted(np.cumsum(hi - lo), self._PAIRS, "right")))
+            stop = int(active[fits]) if fits < active.size else int(members[-1]) + 1
+            active, lo, hi = active[:fits], lo[:fits], hi[:fits]
+            s, j = self._candidate_pairs(edges, active, lo, hi, pool)
+            s, j = self._suppresses(edges, area, s, j, iou_limit)  # s stays sorted: grouped by suppressor
+            first, last = np.searchsorted(s, members, "left"), np.searchsorted(s, members, "right")
+            for rank in range(start, stop):
+                if suppressed[rank]:
+                    continue
+                kept.append(rank)
+                if len(kept) == max_boxes:
+                    return order[kept]
+                k = rank - start
+                if last[k] > first[k]:
+                    suppressed[j[first[k]:last[k]]] = True
+            start = stop
+        return order[kept]
+
+    @staticmethod
+    def _candidate_pairs(edges: tuple, active: np.ndarray, lo: np.ndarray, hi: np.ndarray, pool: np.ndarray):
+        """The pairs (s, j) with s in ``active`` and j a later-ranked box in s's range ``pool[lo:hi]`` that
+        overlaps s vertically, grouped by s in ``active`` order."""
+        counts = hi - lo
+        # Pair number p of suppressor a (pairs numbered consecutively) reads pool[lo[a] + p - first pair of a].
+        positions = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+        positions += np.arange(positions.size)
+        j = pool[positions]
+        del positions
+        # The pair arrays are the bulk of the work: filter them at once by the cheap vertical test, and by
+        # integer positions (np.flatnonzero), which is several times faster than boolean indexing here.
+        y_min, y_max = edges[1], edges[3]
+        s = np.repeat(active, counts)
+        keep = np.minimum(y_max[s], y_max[j]) > np.maximum(y_min[s], y_min[j])
+        keep &= j > s
+        keep = np.flatnonzero(keep)
+        return s[keep], j[keep]
+
+    @staticmethod
+    def _scalar(value: Any, what: str, kind: Callable, default: Any) -> Any:
+        # An omitted optional input may also come as an empty tensor.
+        return default if value is None or np.size(value) == 0 else scalar_input("NonMaxSuppression", value, what, kind)
 
     def forward(self, inputs):
         inputs = list(inputs) + [None] * (5 - len(inputs))
         boxes, scores, max_boxes, iou_threshold, score_threshold = inputs[:5]
+        boxes, scores = np.asarray(boxes), np.asarray(scores)
         if boxes.ndim != 3 or boxes.shape[-1] != 4 or scores.ndim != 3 or scores.shape[::2] != boxes.shape[:2]:
             raise ShapeError(f"NonMaxSuppression: boxes must be (B, N, 4) and scores (B, C, N), got "
                              f"{boxes.shape} and {scores.shape}")
-        max_boxes = 0 if max_boxes is None or np.size(max_boxes) == 0 else int(np.asarray(max_boxes).reshape(-1)[0])
-        iou_limit = 0.0 if iou_threshold is None or np.size(iou_threshold) == 0 else float(np.asarray(iou_threshold).reshape(-1)[0])
-        score_limit = None if score_threshold is None or np.size(score_threshold) == 0 else float(np.asarray(score_threshold).reshape(-1)[0])
+        if boxes.dtype.kind not in "fiu" or scores.dtype.kind not in "fiu":
+            raise ShapeError(f"NonMaxSuppression: boxes and scores must be float tensors, got {boxes.dtype} and "
+                             f"{scores.dtype}")
+        max_boxes = max(self._scalar(max_boxes, "max_output_boxes_per_class (input 2)", int, 0), 0)
+        iou_limit = self._scalar(iou_threshold, "iou_threshold (input 3)", np.float32, np.float32(0))
+        if not 0 <= iou_limit <= 1:
+            raise ShapeError(f"NonMaxSuppression: iou_threshold must be in [0, 1], got {iou_limit}")
+        score_limit = self._scalar(score_threshold, "score_threshold (input 4)", np.float32, None)
         corners = self._corners(boxes)
-        selected = []
-        for batch in range(scores.shape[0]):
+        scores = scores.astype(np.float32, copy=False)
+        selected = [np.empty((0, 3), np.int64)]
+        for batch in range(scores.shape[0] if max_boxes else 0):
             for cls in range(scores.shape[1]):
-                if max_boxes <= 0:
-                    continue
-                class_scores = scores[batch, cls].astype(np.float64)
-                candidates = np.argsort(-class_scores, kind="stable")
-                if score_limit is not None:
-                    candidates = candidates[class_scores[candidates] > score_limit]
-                kept: list[int] = []
-                for index in candidates:
-                    if len(kept) >= max_boxes:
-                        break
-                    if kept and np.any(self._iou(corners[batch, index], corners[batch, kept]) > iou_limit):
-                        continue
-                    kept.append(int(index))
-                selected += [[batch, cls, index] for index in kept]
-        return np.array(selected, dtype=np.int64).reshape(-1, 3)
+                kept = self._select(corners[batch], scores[batch, cls], max_boxes, iou_limit, score_limit)
+                rows = np.empty((kept.size, 3), np.int64)
+                rows[:, 0], rows[:, 1], rows[:, 2] = batch, cls, kept
+                selected.append(rows)
+        return np.concatenate(selected)
 
 
 # ---------------------------------------------------------------------------------------- differentiable

@@ -11,6 +11,7 @@ import numpy as np
 
 from d5.errors import ShapeError
 from d5.frameworks.reference.kernels import compute_dtype
+from d5.frameworks.reference.operators.checks import require_broadcastable
 from d5.frameworks.reference.operators.registry import ReferenceOp, register
 
 # ONNX TensorProto data types allowed as LayerNormalization's stash_type.
@@ -64,6 +65,8 @@ class LayerNormalization(ReferenceOp):
         axis = self.axis % x.ndim
         axes = tuple(range(axis, x.ndim))
         arrays = [np.asarray(a) for a in inputs if a is not None]
+        for array, what in zip(arrays[1:], ("Scale", "B")):
+            require_broadcastable("LayerNormalization", array, what, x.shape)
         dtype = compute_dtype("LayerNormalization", *arrays)
         if self.stash_dtype == np.float64:
             dtype = np.dtype(np.float64)

@@ -3,9 +3,10 @@
 Trilu, CumSum, CumProd, TopK, OneHot, Hardmax, LpNormalization, Celu, ThresholdedRelu, HardSwish, Mish,
 EyeLike, ReverseSequence, Compress, GatherND, ScatterElements (and its deprecated alias Scatter), ScatterND.
 
-Trilu, CumSum, LpNormalization, Celu, ThresholdedRelu, HardSwish, Mish and GatherND have gradients; the
-others set ``differentiable = False`` (their outputs are indices, selections or constants, or the gradient
-is not simple enough to be worth a reference implementation) and their ``backward`` raises.
+Trilu, CumSum, LpNormalization, Celu, ThresholdedRelu, HardSwish, Mish, GatherND, ScatterElements and
+ScatterND (reductions 'none' and 'add') have gradients; the others set ``differentiable = False`` (their
+outputs are indices, selections or constants, or the gradient is not simple enough to be worth a reference
+implementation) and their ``backward`` raises.
 
 >>> import numpy as np
 >>> from d5.frameworks.reference.operators import create_operator
@@ -21,7 +22,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from d5.errors import ShapeError
+from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.frameworks.reference.operators.activations import require_float
+from d5.frameworks.reference.operators.checks import require_rank, scalar_input
 from d5.frameworks.reference.operators.registry import NonDifferentiableOp, ReferenceOp, register
 
 
@@ -53,7 +56,7 @@ class Trilu(ReferenceOp):
     def _mask(self, inputs) -> np.ndarray:
         x = inputs[0]
         k = _optional(inputs, 1)
-        k = 0 if k is None else int(np.asarray(k).reshape(-1)[0])
+        k = 0 if k is None else scalar_input("Trilu", k, "k (input 1)")
         rows, cols = x.shape[-2:]
         ones = np.ones((rows, cols), dtype=bool)
         return np.triu(ones, k) if self.upper else np.tril(ones, k)
@@ -73,7 +76,7 @@ def _cumulate(function, x: np.ndarray, axis: int, exclusive: bool, reverse: bool
     if reverse:
         x = np.flip(x, axis)
     out = function(x, axis=axis).astype(x.dtype)
-    if exclusive:
+    if exclusive and x.shape[axis]:
         # Shift by one along the axis: out[i] = op(x[:i]), starting with the identity element.
         pad = np.full_like(np.take(x, [0], axis=axis), identity)
         out = np.concatenate([pad, np.take(out, np.arange(x.shape[axis] - 1), axis=axis)], axis=axis)
@@ -83,7 +86,8 @@ def _cumulate(function, x: np.ndarray, axis: int, exclusive: bool, reverse: bool
 def _scan_axis(op_name: str, inputs) -> int:
     if len(inputs) < 2 or inputs[1] is None:
         raise ShapeError(f"{op_name}: the axis input (a scalar) is required")
-    return _axis(op_name, int(np.asarray(inputs[1]).reshape(-1)[0]), inputs[0].ndim)
+    return _axis(op_name, scalar_input(op_name, inputs[1], "axis (input 1)"),
+                 require_rank(op_name, inputs[0], "x", at_least=1).ndim)
 
 
 @register("CumSum")
@@ -214,12 +218,23 @@ class Mish(ReferenceOp):
 def _gather_nd_index(data_shape: tuple, indices: np.ndarray, batch_dims: int) -> tuple:
     """Numpy advanced-index tuple equivalent to ONNX GatherND (``out = data[index]``, already batch-flattened)."""
     batch_shape = data_shape[:batch_dims]
+    if indices.dtype.kind not in "iu":
+        raise ShapeError(f"GatherND: indices must be int64 (or int32), got {indices.dtype}; Cast them first")
+    if not 0 <= batch_dims < min(indices.ndim, len(data_shape)) or indices.shape[:batch_dims] != batch_shape:
+        raise ShapeError(f"GatherND: batch_dims={batch_dims} needs data and indices of higher rank sharing their "
+                         f"first {batch_dims} dimensions; got data {data_shape} and indices {indices.shape}")
     depth = indices.shape[-1]
     if depth > len(data_shape) - batch_dims:
         raise ShapeError(f"GatherND: indices of depth {depth} index more than the {len(data_shape) - batch_dims} "
                          f"non-batch axes of data of shape {data_shape}")
     idx = indices.astype(np.int64)
     dims = np.asarray(data_shape[batch_dims:batch_dims + depth], dtype=np.int64)
+    bad = (idx < -dims) | (idx >= dims)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        size = int(dims[where[-1]])
+        raise ShapeError(f"GatherND: index {int(idx[where])} (at position {list(where)} of indices) is out of range "
+                         f"for axis {batch_dims + where[-1]} of data of shape {data_shape}; use [{-size}, {size - 1}]")
     idx = np.where(idx < 0, idx + dims, idx)
     # Batch coordinates broadcast over the index grid: shape batch + (1,)*(inner index dims).
     inner = idx.ndim - 1 - batch_dims
@@ -272,10 +287,10 @@ class TopK(NonDifferentiableOp):
     def forward(self, inputs):
         x = inputs[0]
         k = _optional(inputs, 1)
-        k = self.k if k is None else int(np.asarray(k).reshape(-1)[0])
+        k = self.k if k is None else scalar_input("TopK", k, "k (input 1)")
         if k is None:
             raise ShapeError("TopK: k is required (the second input from opset 10, the attribute before)")
-        axis = _axis("TopK", self.axis, x.ndim)
+        axis = _axis("TopK", self.axis, require_rank("TopK", x, "X", at_least=1).ndim)
         if not 0 <= k <= x.shape[axis]:
             raise ShapeError(f"TopK: k={k} is out of range for axis {axis} of length {x.shape[axis]}")
         # A stable ascending sort keeps equal values in index order, as ONNX requires; for "largest" sort the
@@ -303,8 +318,10 @@ class OneHot(NonDifferentiableOp):
         self.axis = int(axis)
 
     def forward(self, inputs):
-        indices, depth, values = np.asarray(inputs[0]), inputs[1], np.asarray(inputs[2])
-        depth = int(np.asarray(depth).reshape(-1)[0])
+        indices, depth, values = (np.asarray(x) for x in inputs)
+        depth = _one_hot_depth(depth, values)
+        if indices.dtype.kind not in "iuf":
+            raise ShapeError(f"OneHot: indices (input 0) must be numbers, got dtype {indices.dtype}")
         indices = indices.astype(np.int64)
         indices = np.where(indices < 0, indices + depth, indices)
         axis = _axis("OneHot", self.axis, indices.ndim + 1)
@@ -313,17 +330,38 @@ class OneHot(NonDifferentiableOp):
         return np.where(hot, values[1], values[0]).astype(values.dtype)
 
 
+def _one_hot_depth(depth: np.ndarray, values: np.ndarray) -> int:
+    """OneHot's depth as a positive int, after checking that depth is one number and values two (inputs
+    given in the wrong order, (indices, values, depth), fail here rather than deep in numpy)."""
+    swapped = " (are depth and values swapped? The inputs are (indices, depth, values))" \
+        if depth.size == 2 and values.size == 1 else ""
+    if depth.size != 1 or depth.ndim > 1 or depth.dtype.kind not in "iuf":
+        raise ShapeError(f"OneHot: depth (input 1) must be one number (a scalar or a 1-element tensor), got "
+                         f"{depth.dtype} of shape {depth.shape}{swapped}")
+    if values.size != 2 or values.ndim != 1:
+        raise ShapeError(f"OneHot: values (input 2) must be a 1-D tensor of 2 elements, [off_value, on_value], got "
+                         f"shape {values.shape}{swapped}")
+    count = depth.reshape(-1)[0]
+    if not np.isfinite(count) or int(count) < 1:
+        raise ShapeError(f"OneHot: depth must be at least 1 (the number of classes), got {count}")
+    return int(count)
+
+
 @register("Hardmax")
 class Hardmax(NonDifferentiableOp):
     """1 at the first maximum along ``axis`` (opset 13 semantics), 0 elsewhere."""
+
+    zero_gradient = True  # a one-hot of the argmax / an identity: locally constant
 
     def __init__(self, axis: int = -1) -> None:
         super().__init__()
         self.axis = int(axis)
 
     def forward(self, inputs):
-        x = inputs[0]
+        x = require_rank("Hardmax", require_float("Hardmax", inputs[0]), "input", at_least=1)
         axis = _axis("Hardmax", self.axis, x.ndim)
+        if x.size == 0:  # nothing to mark (argmax of an empty axis is undefined)
+            return np.zeros_like(x)
         winner = np.expand_dims(np.argmax(x, axis=axis), axis)
         out = np.zeros_like(x)
         np.put_along_axis(out, winner, 1, axis=axis)
@@ -334,6 +372,8 @@ class Hardmax(NonDifferentiableOp):
 class EyeLike(NonDifferentiableOp):
     """A 2-D identity-like matrix shaped like the input, ones on diagonal ``k``, of ``dtype`` (default: the
     input's)."""
+
+    zero_gradient = True  # a one-hot of the argmax / an identity: locally constant
 
     def __init__(self, dtype: int | None = None, k: int = 0) -> None:
         super().__init__()
@@ -357,7 +397,17 @@ class ReverseSequence(NonDifferentiableOp):
         self.batch_axis, self.time_axis = int(batch_axis), int(time_axis)
 
     def forward(self, inputs):
-        x, lengths = inputs[0], np.asarray(inputs[1]).reshape(-1)
+        x, lengths = require_rank("ReverseSequence", inputs[0], "input", at_least=2), np.asarray(inputs[1])
+        if {self.batch_axis, self.time_axis} != {0, 1}:
+            raise ShapeError(f"ReverseSequence: batch_axis and time_axis must be 0 and 1 (either way round), got "
+                             f"{self.batch_axis} and {self.time_axis}")
+        batch, steps = x.shape[self.batch_axis], x.shape[self.time_axis]
+        if lengths.shape != (batch,) or lengths.dtype.kind not in "iu":
+            raise ShapeError(f"ReverseSequence: sequence_lens must be an integer tensor of shape ({batch},) (one length "
+                             f"per batch entry), got {lengths.dtype} of shape {lengths.shape}")
+        if lengths.size and (lengths.min() < 0 or lengths.max() > steps):
+            raise ShapeError(f"ReverseSequence: sequence_lens must lie in [0, {steps}] (the time axis' length), got "
+                             f"values in [{lengths.min()}, {lengths.max()}]")
         out = x.copy()
         for b, length in enumerate(lengths):
             index = [slice(None)] * x.ndim
@@ -379,8 +429,16 @@ class Compress(NonDifferentiableOp):
         self.axis = None if axis is None else int(axis)
 
     def forward(self, inputs):
-        x, condition = inputs[0], np.asarray(inputs[1]).astype(bool).reshape(-1)
-        axis = None if self.axis is None else _axis("Compress", self.axis, x.ndim)
+        x, condition = inputs[0], np.asarray(inputs[1])
+        if condition.ndim != 1:
+            raise ShapeError(f"Compress: condition must be a 1-D tensor, got shape {condition.shape}")
+        condition = condition.astype(bool)
+        axis = None if self.axis is None else _axis("Compress", self.axis, require_rank("Compress", x, "input",
+                                                                                           at_least=1).ndim)
+        length = x.size if axis is None else x.shape[axis]
+        if condition.size > length:  # ONNX lets it be shorter (the rest is dropped), not longer
+            raise ShapeError(f"Compress: condition has {condition.size} entries, more than the {length} "
+                             f"{'elements of the input' if axis is None else f'slices along axis {axis}'}")
         return np.compress(condition, x, axis=axis)
 
 
@@ -396,44 +454,139 @@ def _reduction(op_name: str, reduction: str):
         raise ShapeError(f"{op_name}: unknown reduction {reduction!r}; use one of none, {', '.join(_REDUCTIONS)}") from None
 
 
-@register("ScatterElements", "Scatter")
-class ScatterElements(NonDifferentiableOp):
-    """A copy of ``data`` with ``updates`` written (or reduced) at ``indices`` along ``axis``."""
+def _scatter_indices(op_name: str, indices: Any, sizes: Sequence[int], axes: Sequence[int]) -> np.ndarray:
+    """``indices`` as int64 with negative values wrapped once; the last axis of ``indices`` runs over ``axes``
+    (data axes of sizes ``sizes``) when there are several. Raises ShapeError naming the first bad index."""
+    indices = np.asarray(indices)
+    if indices.dtype.kind not in "iu":
+        raise ShapeError(f"{op_name}: indices must be int32 or int64, got {indices.dtype}; Cast them first")
+    if indices.dtype.kind == "u" and indices.size and indices.max() > np.iinfo(np.int64).max:
+        raise ShapeError(f"{op_name}: index {int(indices.max())} is out of range for any axis; use int64 indices")
+    indices = indices.astype(np.int64)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    bad = (indices < -sizes) | (indices >= sizes)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        column = where[-1] if len(axes) > 1 else 0
+        size = int(sizes[column] if sizes.ndim else sizes)
+        raise ShapeError(f"{op_name}: index {int(indices[where])} (at position {list(where)} of indices) is out of "
+                         f"range for axis {axes[column]} of data, of size {size}; use indices in [{-size}, {size - 1}]")
+    return np.where(indices < 0, indices + sizes, indices)
 
-    def __init__(self, axis: int = 0, reduction: str = "none") -> None:
+
+class _Scatter(ReferenceOp):
+    """Shared forward and backward of the write-into-tensor operators (the ONNX form of slice assignment):
+    ``out = copy(data); out[index(i)] = updates[i]`` (or reduced into it), with ``_index`` giving the numpy
+    index tuple and the shape of ``updates`` that the indices address.
+
+    Gradients (data and updates; indices get None): reduction ``none`` passes ``grad`` to ``data`` with the
+    written positions zeroed and gathers ``grad`` at them for ``updates``; where indices repeat (ONNX leaves
+    the result undefined) only the update that was written last gets it, as in the forward pass. Reduction
+    ``add`` passes ``grad`` to ``data`` and gathers it for ``updates``. ``mul``, ``max`` and ``min`` have no
+    gradient in d5.
+    """
+
+    def __init__(self, reduction: Any = "none") -> None:
         super().__init__()
-        self.axis, self.reduction = int(axis), reduction.decode() if isinstance(reduction, bytes) else reduction
+        self.reduction = reduction.decode() if isinstance(reduction, bytes) else str(reduction)
+        _reduction(type(self).__name__, self.reduction)
+
+    def _index(self, data: np.ndarray, indices: Any) -> tuple[tuple, tuple]:
+        raise NotImplementedError
+
+    def _prepare(self, inputs) -> tuple[np.ndarray, tuple, Any]:
+        name = type(self).__name__
+        if len(inputs) != 3 or any(x is None for x in inputs):
+            given = ", ".join("absent" if x is None else f"shape {np.shape(x)}" for x in inputs)
+            raise ShapeError(f"{name}: expected the three inputs (data, indices, updates), got ({given})")
+        data = require_rank(name, inputs[0], "data", at_least=1)
+        updates = np.asarray(inputs[2])
+        index, updates_shape = self._index(data, inputs[1])
+        if updates.shape != updates_shape:
+            raise ShapeError(f"{name}: updates must have shape {updates_shape} (set by data {data.shape} and "
+                             f"indices {np.shape(inputs[1])}), got {updates.shape}")
+        return data, index, updates
 
     def forward(self, inputs):
-        data, indices, updates = inputs[0], np.asarray(inputs[1]).astype(np.int64), inputs[2]
-        axis = _axis("ScatterElements", self.axis, data.ndim)
-        indices = np.where(indices < 0, indices + data.shape[axis], indices)
-        grid = list(np.indices(indices.shape, sparse=True))
-        grid[axis] = indices
+        data, index, updates = self._prepare(inputs)
         out = data.copy()
-        function = _reduction("ScatterElements", self.reduction)
-        if function is None:
-            out[tuple(grid)] = updates
-        else:
-            function.at(out, tuple(grid), updates)
-        return out
-
-
-@register("ScatterND")
-class ScatterND(NonDifferentiableOp):
-    """A copy of ``data`` with ``updates`` written (or reduced) at the index tuples of ``indices``."""
-
-    def __init__(self, reduction: str = "none") -> None:
-        super().__init__()
-        self.reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
-
-    def forward(self, inputs):
-        data, indices, updates = inputs[0], np.asarray(inputs[1]).astype(np.int64), inputs[2]
-        out = data.copy()
-        index = _gather_nd_index(data.shape, indices, 0)
-        function = _reduction("ScatterND", self.reduction)
+        function = _reduction(type(self).__name__, self.reduction)
         if function is None:
             out[index] = updates
         else:
             function.at(out, index, updates)
         return out
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        if self.reduction not in ("none", "add"):
+            raise UnsupportedOperatorError(f"{type(self).__name__} with reduction={self.reduction!r} has no gradient "
+                                           "in d5 (only 'none' and 'add' do); stop backpropagation before it")
+        data, index, updates = self._prepare(fwd_inputs)
+        g = np.asarray(grads[0])
+        wanted = self.input_grad_required or (True, False, True)
+        grad_data = grad_updates = None
+        if wanted[0]:
+            grad_data = g.copy()
+            if self.reduction == "none":
+                grad_data[index] = 0
+        if wanted[2]:
+            grad_updates = np.array(g[index], dtype=g.dtype, copy=True).reshape(updates.shape)
+            if self.reduction == "none":
+                grad_updates *= self._written_last(data, index, updates.shape)
+        return grad_data, None, grad_updates
+
+    @staticmethod
+    def _written_last(data: np.ndarray, index: tuple, updates_shape: tuple) -> np.ndarray:
+        """Per update element (broadcastable to ``updates_shape``), whether its value is the one the forward
+        pass left in the output: write each update's number with the same indexing and read back who won."""
+        count = int(np.prod(updates_shape))
+        owner = np.full(data.shape, -1, dtype=np.int64)
+        numbers = np.arange(count, dtype=np.int64).reshape(updates_shape)
+        owner[index] = numbers
+        return owner[index] == numbers
+
+
+@register("ScatterElements", "Scatter")
+class ScatterElements(_Scatter):
+    """A copy of ``data`` with ``updates`` written (or reduced) at ``indices`` along ``axis``:
+    ``out[..., indices[i, j], ...] = updates[i, j]`` with the index in place of the coordinate on ``axis``.
+
+    >>> ScatterElements(axis=1).forward([np.zeros((1, 4)), np.array([[3, -4]]), np.array([[1., 2.]])])
+    array([[2., 0., 0., 1.]])
+    """
+
+    def __init__(self, axis: int = 0, reduction: Any = "none") -> None:
+        super().__init__(reduction)
+        self.axis = int(axis)
+
+    def _index(self, data, indices):
+        indices = np.asarray(indices)
+        axis = _axis("ScatterElements", self.axis, data.ndim)
+        if indices.ndim != data.ndim or any(i > d for a, (i, d) in enumerate(zip(indices.shape, data.shape))
+                                            if a != axis):
+            raise ShapeError(f"ScatterElements: indices must have the rank of data ({data.ndim}) and, except on "
+                             f"axis {axis}, no larger dimensions; got indices {indices.shape} for data {data.shape}")
+        grid = list(np.indices(indices.shape, sparse=True))
+        grid[axis] = _scatter_indices("ScatterElements", indices, data.shape[axis], (axis,))
+        return tuple(grid), indices.shape
+
+
+@register("ScatterND")
+class ScatterND(_Scatter):
+    """A copy of ``data`` with ``updates`` written (or reduced) at the index tuples in the last axis of
+    ``indices``: ``out[tuple(indices[i])] = updates[i]`` (a tuple shorter than data's rank addresses a slice).
+
+    >>> ScatterND().forward([np.zeros((2, 3)), np.array([[1], [-2]]), np.array([[1., 2., 3.], [4., 5., 6.]])])
+    array([[4., 5., 6.],
+           [1., 2., 3.]])
+    """
+
+    def _index(self, data, indices):
+        indices = np.asarray(indices)
+        depth = indices.shape[-1] if indices.ndim else 0
+        if indices.ndim < 1 or not 1 <= depth <= data.ndim:
+            raise ShapeError(f"ScatterND: indices must have at least one axis, whose last length (here {depth}) is "
+                             f"from 1 to data's rank {data.ndim}; got indices {indices.shape} for data {data.shape}")
+        indices = _scatter_indices("ScatterND", indices, data.shape[:depth], tuple(range(depth)))
+        index = tuple(indices[..., j] for j in range(depth))
+        return index, indices.shape[:-1] + data.shape[depth:]

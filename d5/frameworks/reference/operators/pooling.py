@@ -20,6 +20,7 @@ from d5.frameworks.reference.kernels import Window2D, as_kernel_array, compute_d
 from d5.frameworks.reference.operators import windows_nd
 from d5.frameworks.reference.operators.registry import ReferenceOp, register
 from d5.frameworks.reference.operators.windows_nd import WindowND, resolve_window
+from d5.ops.onnx_semantics import check_window_attributes
 
 
 class _WindowPool(ReferenceOp):
@@ -39,6 +40,8 @@ class _WindowPool(ReferenceOp):
         self.dilations = None if dilations is None else tuple(int(d) for d in dilations)
         self.pads = None if pads is None else tuple(int(p) for p in pads)
         self.strides = None if strides is None else tuple(int(s) for s in strides)
+        check_window_attributes(self.op_name, auto_pad=self.auto_pad, kernel_shape=self.kernel_shape,
+                                strides=self.strides, dilations=self.dilations, pads=self.pads)
 
     def _prepare(self, inputs) -> tuple[np.ndarray, Window2D | WindowND]:
         """X as a contiguous array of the compute dtype (1-D lifted to 2-D), and its resolved window."""

@@ -23,6 +23,7 @@ import numpy as np
 
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.reference.operators.registry import NonDifferentiableOp, register
+from d5.ops.onnx_semantics import check_window_attributes
 
 # Saturation ranges by dtype name; the packed types have no np.iinfo.
 _RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
@@ -47,7 +48,10 @@ def _broadcastable(value: np.ndarray, shape: tuple, axis: int, block_size: int, 
     value = np.asarray(value)
     if value.size == 1 and not block_size:
         return value.reshape(())
-    axis = axis % len(shape) if shape else 0
+    if not -len(shape) <= axis < len(shape):
+        raise ShapeError(f"{what}: values of shape {value.shape} apply along axis {axis}, which a tensor of shape "
+                         f"{tuple(shape)} does not have; give one value (a scalar) or fix the axis attribute")
+    axis = axis % len(shape)
     if not block_size:
         if value.ndim != 1 or value.size != shape[axis]:
             raise ShapeError(f"{what}: per-axis values must be 1-D of length {shape[axis]} (axis {axis}), "
@@ -157,11 +161,14 @@ class DynamicQuantizeLinear(_Quantized):
         return y, np.asarray(scale, np.float32), np.asarray(zero_point)
 
 
-def _row_zero_point(zero_point: np.ndarray | None) -> Any:
+def _row_zero_point(zero_point: np.ndarray | None, rows: int) -> Any:
     """A's zero point: a scalar, or one per row (1-D of length M), which must broadcast along rows."""
     if zero_point is None:
         return 0
     zero_point = np.asarray(zero_point).astype(np.int32)
+    if zero_point.size != 1 and zero_point.shape != (rows,):
+        raise ShapeError(f"MatMulInteger: a_zero_point must be a scalar or 1-D of length {rows} (A's rows), got "
+                         f"shape {zero_point.shape}")
     return zero_point[..., None] if zero_point.ndim >= 1 and zero_point.size > 1 else zero_point.reshape(())
 
 
@@ -171,8 +178,13 @@ class MatMulInteger(_Quantized):
 
     def forward(self, inputs):
         a, b = inputs[0], inputs[1]
+        if a.ndim < 1 or b.ndim < 1:
+            raise ShapeError(f"MatMulInteger: A and B must have at least one dimension, got shapes {a.shape} and {b.shape}")
         a_zero, b_zero = _present(inputs, 2), _present(inputs, 3)
-        left = a.astype(np.int32) - _row_zero_point(a_zero)
+        if b_zero is not None and np.size(b_zero) != 1 and np.shape(b_zero) != b.shape[-1:]:
+            raise ShapeError(f"MatMulInteger: b_zero_point must be a scalar or 1-D of length {b.shape[-1]} (B's "
+                             f"columns), got shape {np.shape(b_zero)}")
+        left = a.astype(np.int32) - _row_zero_point(a_zero, a.shape[-2] if a.ndim > 1 else 1)
         right = b.astype(np.int32) - _as_int(b_zero)
         try:
             return np.matmul(left, right).astype(np.int32)
@@ -186,11 +198,21 @@ class QLinearMatMul(_Quantized):
 
     def forward(self, inputs):
         a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = (list(inputs) + [None] * 8)[:8]
-        product = np.matmul(a.astype(np.int32) - _as_int(a_zero), b.astype(np.int32) - _as_int(b_zero))
+        try:
+            product = np.matmul(a.astype(np.int32) - _as_int(a_zero), b.astype(np.int32) - _as_int(b_zero))
+        except ValueError:  # shapes that do not multiply, or zero points that do not broadcast
+            raise ShapeError(f"QLinearMatMul: cannot multiply A {a.shape} and B {b.shape} with zero points of shapes "
+                             f"{np.shape(a_zero)} and {np.shape(b_zero)} (scalars, or one per row of A / column "
+                             "of B)") from None
         # Same operation order and precision as onnx.reference: the combined multiplier in the scales' dtype.
-        real = product * (a_scale * b_scale / y_scale)
-        if y_zero is not None:
-            real = real + y_zero
+        try:
+            real = product * (a_scale * b_scale / y_scale)
+            if y_zero is not None:
+                real = real + y_zero
+        except ValueError:
+            raise ShapeError(f"QLinearMatMul: the scales (shapes {np.shape(a_scale)}, {np.shape(b_scale)}, "
+                             f"{np.shape(y_scale)}) and y_zero_point ({np.shape(y_zero)}) must be scalars or broadcast "
+                             f"against the product of shape {product.shape}") from None
         dtype = y_zero.dtype if y_zero is not None else a.dtype
         return _saturate(np.rint(real), dtype)
 
@@ -217,6 +239,9 @@ class _ConvAttributes(_Quantized):
         super().__init__()
         self.conv_attributes = {"auto_pad": auto_pad, "dilations": dilations, "group": group,
                                 "kernel_shape": kernel_shape, "pads": pads, "strides": strides}
+        check_window_attributes(type(self).__name__, auto_pad=auto_pad.decode() if isinstance(auto_pad, bytes)
+                                else str(auto_pad), kernel_shape=kernel_shape, strides=strides,
+                                dilations=dilations, pads=pads)
 
 
 @register("ConvInteger")

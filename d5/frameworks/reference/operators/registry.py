@@ -16,14 +16,23 @@ _OPERATORS: dict[str, type[CustomOp]] = {}
 class ReferenceOp(CustomOp):
     """Base class of the built-in NumPy/C++ operators. Subclasses take ONNX attributes as keyword arguments."""
 
-    #: False for operators with no gradient at all (Shape, ArgMax, ...); the executor stops backprop there.
+    #: False for operators whose ``backward`` d5 does not implement (Shape, ArgMax, TopK, control flow, ...).
+    #: The executor still plans backpropagation through them when a floating-point output leads to the loss,
+    #: and their ``backward`` then raises naming them: many (TopK, Attention, GridSample) do have a gradient,
+    #: and treating their outputs as constants would silently give zero gradients.
     differentiable: bool = True
+
+    #: True for operators whose outputs are locally constant in their inputs, so the gradient is exactly
+    #: zero (Hardmax, EyeLike): the executor stops backpropagation there. Integer and boolean outputs
+    #: (Shape's, ArgMax's) stop it whatever this says.
+    zero_gradient: bool = False
 
 
 class NonDifferentiableOp(ReferenceOp):
-    """Base of operators with no gradient (indices, strings, sequences, quantized values, ...): the executor
-    stops backpropagation at them, and ``backward`` raises an UnsupportedOperatorError that names the
-    operator and gives :attr:`no_gradient_reason`."""
+    """Base of operators without a ``backward`` in d5 (indices, strings, sequences, quantized values, ...):
+    ``backward`` raises an UnsupportedOperatorError that names the operator and gives
+    :attr:`no_gradient_reason`. Backpropagation stops before them by itself where their outputs are integers
+    or where :attr:`ReferenceOp.zero_gradient` is set."""
 
     differentiable = False
     #: Why there is no gradient and what to do instead; subclasses refine it.

@@ -14,6 +14,7 @@ import scipy.special
 
 from d5.errors import ShapeError
 from d5.frameworks.reference.operators.elementwise import unbroadcast
+from d5.frameworks.reference.operators.checks import require_broadcastable
 from d5.frameworks.reference.operators.registry import ReferenceOp, register
 
 # ONNX TensorProto float types accepted as stash_type (float32, float16, float64, bfloat16).
@@ -52,6 +53,7 @@ class RMSNormalization(ReferenceOp):
         if not -x.ndim <= self.axis < x.ndim:
             raise ShapeError(f"RMSNormalization: axis={self.axis} is out of range for X of rank {x.ndim}")
         axes = tuple(range(self.axis % x.ndim, x.ndim))
+        require_broadcastable("RMSNormalization", scale, "scale", x.shape)
         dtype = np.dtype(np.float64) if self.stash_type == 11 else _compute_dtype(x, scale)
         xc = x.astype(dtype, copy=False)
         inv_rms = 1.0 / np.sqrt(np.mean(xc * xc, axis=axes, keepdims=True) + self.epsilon)
@@ -123,8 +125,20 @@ class RotaryEmbedding(ReferenceOp):
             raise ShapeError(f"RotaryEmbedding: rotary_embedding_dim={dim} must be even and at most the head "
                              f"size {heads.shape[3]}")
         if positions is not None:
-            positions = np.asarray(positions).astype(np.int64)
+            positions = np.asarray(positions)
+            if cos.ndim != 2 or sin.shape != cos.shape or positions.shape != heads.shape[:2] \
+                    or positions.dtype.kind not in "iu":
+                raise ShapeError(f"RotaryEmbedding: with position_ids, the caches must be 2-D (max_position, "
+                                 f"rotary_dim / 2) and position_ids integers of shape {heads.shape[:2]} (batch, seq); "
+                                 f"got caches {cos.shape} and {sin.shape}, position_ids {positions.dtype} "
+                                 f"{positions.shape}")
+            if positions.size and (positions.min() < 0 or positions.max() >= cos.shape[0]):
+                raise ShapeError(f"RotaryEmbedding: position_ids must lie in [0, {cos.shape[0]}) (the caches' "
+                                 f"max_position), got values in [{positions.min()}, {positions.max()}]")
             cos, sin = cos[positions], sin[positions]
+        if cos.ndim != 3 or cos.shape != sin.shape or cos.shape[:2] != heads.shape[:2]:
+            raise ShapeError(f"RotaryEmbedding: cos/sin caches must be (batch, seq, rotary_dim / 2) = "
+                             f"{heads.shape[:2] + (dim // 2,)} without position_ids, got {cos.shape} and {sin.shape}")
         if cos.shape[-1] != dim // 2 or sin.shape[-1] != dim // 2:
             raise ShapeError(f"RotaryEmbedding: cos/sin caches must end in rotary_embedding_dim / 2 = {dim // 2}, "
                              f"got {cos.shape} and {sin.shape}")

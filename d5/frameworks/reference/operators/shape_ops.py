@@ -26,8 +26,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from d5.errors import ShapeError
+from d5.frameworks.reference.operators.checks import scalar_input
 from d5.frameworks.reference.operators.elementwise import ensure_array, unbroadcast
 from d5.frameworks.reference.operators.registry import ReferenceOp, register
+from d5.network.memory import check_allocation
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -268,6 +270,12 @@ class GatherElements(ReferenceOp):
         axis = normalize_axes("GatherElements", [self.axis], data.ndim)[0]
         if indices.ndim != data.ndim:
             raise ShapeError(f"GatherElements: indices (shape {indices.shape}) must have the rank of data {data.shape}")
+        if any(n > m for d, (n, m) in enumerate(zip(indices.shape, data.shape)) if d != axis):
+            raise ShapeError(f"GatherElements: indices of shape {indices.shape} are larger than data {data.shape} on an "
+                             f"axis other than axis {axis}; there they may be at most as large as data")
+        # The output has the shape of indices: on the other axes, data is read only where indices reach (numpy
+        # would instead broadcast indices of size 1 up to data's size).
+        data = data[tuple(slice(None) if d == axis else slice(0, n) for d, n in enumerate(indices.shape))]
         return np.take_along_axis(data, _checked_indices("GatherElements", indices, data.shape[axis]), axis=axis)
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
@@ -410,6 +418,7 @@ class ConstantOfShape(ReferenceOp):
         shape = int_list(inputs[0])
         if any(d < 0 for d in shape):
             raise ShapeError(f"ConstantOfShape: dimensions must be non-negative, got {shape}")
+        check_allocation("ConstantOfShape output", shape, self.value.dtype)
         return np.full(shape, self.value.reshape(()), dtype=self.value.dtype)
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
@@ -473,6 +482,7 @@ class Expand(ReferenceOp):
             target = np.broadcast_shapes(x.shape, tuple(shape))
         except ValueError:
             raise ShapeError(f"Expand: the input of shape {x.shape} cannot be broadcast to {shape}") from None
+        check_allocation("Expand output", target, x.dtype)
         # A copy, not numpy's read-only broadcast view, so consumers get an ordinary array.
         return np.broadcast_to(x, target).copy()
 
@@ -489,6 +499,7 @@ class Tile(ReferenceOp):
         if len(repeats) != x.ndim or any(r < 0 for r in repeats):
             raise ShapeError(f"Tile: repeats {repeats} must hold one non-negative count per axis of the "
                              f"{x.ndim}-D input")
+        check_allocation("Tile output", [d * r for d, r in zip(x.shape, repeats)], x.dtype)
         return np.tile(x, repeats)
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
@@ -545,7 +556,9 @@ class Pad(ReferenceOp):
         x = inputs[0]
         constant = _optional(inputs, 2)
         constant = self.value if constant is None else np.asarray(constant).reshape(-1)[0]
-        return ensure_array(self._pad(x, self._widths(inputs), np.asarray(constant).astype(x.dtype)))
+        widths = self._widths(inputs)
+        check_allocation("Pad output", [d + max(b, 0) + max(e, 0) for d, (b, e) in zip(x.shape, widths)], x.dtype)
+        return ensure_array(self._pad(x, widths, np.asarray(constant).astype(x.dtype)))
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
         x, g = fwd_inputs[0], grads[0]
@@ -584,13 +597,19 @@ class Range(ReferenceOp):
         self.stash_dtype = None if stash_type is None else _RANGE_STASH_DTYPES[int(stash_type)]
 
     def forward(self, inputs):
+        for value, what in zip(inputs[:3], ("start", "limit", "delta")):
+            scalar_input("Range", value, what, float)  # each must be one number
         start, limit, delta = (np.asarray(v).reshape(()) for v in inputs[:3])
         if delta == 0:
             raise ShapeError("Range: delta must not be 0")
         dtype = start.dtype
         compute = self.stash_dtype if self.stash_dtype is not None and dtype.name in ("float16", "bfloat16") else dtype
         start, delta = start.astype(compute), delta.astype(compute)
-        count = max(int(math.ceil((float(limit) - float(start)) / float(delta))), 0)
+        steps = (float(limit) - float(start)) / float(delta)
+        if not math.isfinite(steps):
+            raise ShapeError(f"Range: start {start}, limit {limit} and delta {delta} give no finite number of elements")
+        count = max(int(math.ceil(steps)), 0)
+        check_allocation("Range output", [count], compute)
         return (start + np.arange(count, dtype=compute) * delta).astype(dtype, copy=False)
 
     def backward(self, grads, fwd_inputs, fwd_outputs):

@@ -1,0 +1,156 @@
+"""Framework-neutral ONNX semantics: sliding-window geometry (``auto_pad``, ``pads``, ``ceil_mode``) and
+the validation of window attributes, shared by every framework's Conv, ConvTranspose and pooling operators.
+
+Checking happens here, in Python, before any kernel is entered: a crafted model with ``strides=[2**32]`` or
+``pads=[2**32 - 1, ...]`` is a legal ONNX file, and a C++ kernel given such numbers computes buffer sizes that
+overflow. :func:`check_window_attributes` validates the attributes alone (once, when an operator is built);
+:func:`window_geometry` validates them against an input's spatial shape and resolves the output size.
+
+>>> check_window_attributes("Conv", strides=[2**32, 1])
+Traceback (most recent call last):
+  ...
+d5.errors.ShapeError: Conv: attribute 'strides' must hold integers from 1 to 2147483647, got [4294967296, 1]
+>>> window_geometry((28,), (5,), strides=(1,), dilations=(1,), pads=(2, 2), auto_pad="NOTSET")
+WindowGeometry(out=(28,), pads_begin=(2,), pads_end=(2,))
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+from d5.errors import ShapeError
+
+AUTO_PAD_MODES = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+#: Largest kernel size, stride, dilation, pad, padded input extent or output extent d5 accepts on one
+#: spatial axis. Real networks stay many orders of magnitude below it; beyond it kernels would need
+#: 64-bit offsets where they use 32-bit ones (vector gathers) and buffer sizes could overflow.
+MAX_WINDOW_EXTENT = 2**31 - 1
+
+#: Largest number of output positions (the product of the output's spatial sizes) of one window operator,
+#: per image and channel.
+MAX_WINDOW_POSITIONS = 2**31 - 1
+
+# attribute name -> smallest legal value
+_MINIMUM = {"kernel_shape": 1, "strides": 1, "dilations": 1, "pads": 0, "output_padding": 0}
+
+
+def check_window_attributes(op_name: str, *, auto_pad: str = "NOTSET", **attributes: Sequence[int] | None) -> None:
+    """Check ONNX window attributes (``kernel_shape``, ``strides``, ``dilations``, ``pads``, ``output_padding``;
+    ``None`` = absent) on their own: integers in range, and lengths that agree (``pads`` twice the others).
+    Raises :class:`d5.errors.ShapeError` naming the operator and the attribute.
+
+    >>> check_window_attributes("MaxPool", kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0])
+    >>> check_window_attributes("MaxPool", kernel_shape=[2, 2], pads=[0, 0])
+    Traceback (most recent call last):
+      ...
+    d5.errors.ShapeError: MaxPool: attribute 'pads' must have 4 values (2 begins, then 2 ends) for 2 spatial axes, got [0, 0]
+    """
+    if auto_pad not in AUTO_PAD_MODES:
+        raise ShapeError(f"{op_name}: attribute 'auto_pad' must be one of {', '.join(AUTO_PAD_MODES)}, got {auto_pad!r}")
+    rank = None
+    for name, values in attributes.items():
+        if values is None:
+            continue
+        minimum = _MINIMUM[name]
+        values = list(values)
+        if any(not _is_int(v) or not minimum <= int(v) <= MAX_WINDOW_EXTENT for v in values):
+            raise ShapeError(f"{op_name}: attribute {name!r} must hold integers from {minimum} to {MAX_WINDOW_EXTENT}, "
+                             f"got {values}")
+        length = len(values) // 2 if name == "pads" else len(values)
+        if name == "pads" and len(values) % 2:
+            raise ShapeError(f"{op_name}: attribute 'pads' must have an even number of values (begins, then ends), "
+                             f"got {values}")
+        if rank is None:
+            rank = length
+        elif length != rank:
+            expected = f"{2 * rank} values ({rank} begins, then {rank} ends)" if name == "pads" else f"{rank} values"
+            raise ShapeError(f"{op_name}: attribute {name!r} must have {expected} for {rank} spatial axes, got {values}")
+
+
+def _is_int(value) -> bool:
+    try:
+        return int(value) == value
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowGeometry:
+    """Output size and the pads actually applied, per spatial axis."""
+
+    out: tuple[int, ...]
+    pads_begin: tuple[int, ...]
+    pads_end: tuple[int, ...]
+
+
+def window_geometry(spatial: Sequence[int], kernel: Sequence[int], *, strides: Sequence[int],
+                    dilations: Sequence[int], pads: Sequence[int], auto_pad: str = "NOTSET",
+                    ceil_mode: bool = False, op_name: str = "window") -> WindowGeometry:
+    """Resolve ONNX padding attributes into output sizes and explicit pads (begin/end per axis).
+
+    ``pads`` is in ONNX order ``[x1_begin, x2_begin, ..., x1_end, x2_end, ...]`` and is used only when
+    ``auto_pad`` is ``NOTSET``. ``SAME_UPPER``/``SAME_LOWER`` give ``ceil(in / stride)`` outputs and put
+    the odd pad at the end/beginning; ``VALID`` pads nothing. With ``ceil_mode`` (pooling) the last
+    window may overhang, but, as in PyTorch, it must start inside the input or the leading pad.
+
+    Raises :class:`d5.errors.ShapeError` when the attributes are out of range (see
+    :func:`check_window_attributes`), the input has an empty spatial axis, the kernel does not fit the
+    padded input, or an extent or the output would exceed :data:`MAX_WINDOW_EXTENT` /
+    :data:`MAX_WINDOW_POSITIONS`.
+
+    >>> window_geometry((5,), (2,), strides=(2,), dilations=(1,), pads=(0, 0), ceil_mode=True)
+    WindowGeometry(out=(3,), pads_begin=(0,), pads_end=(0,))
+    >>> window_geometry((5,), (3,), strides=(2,), dilations=(1,), pads=(0, 0), auto_pad="SAME_LOWER")
+    WindowGeometry(out=(3,), pads_begin=(1,), pads_end=(1,))
+    """
+    rank = len(spatial)
+    check_window_attributes(op_name, auto_pad=auto_pad, kernel_shape=kernel, strides=strides, dilations=dilations,
+                            pads=pads)
+    for name, values in (("kernel_shape", kernel), ("strides", strides), ("dilations", dilations)):
+        if len(values) != rank:
+            raise ShapeError(f"{op_name}: attribute {name!r} must have {rank} values (one per spatial axis of the "
+                             f"input), got {list(values)}")
+    if len(pads) != 2 * rank:
+        raise ShapeError(f"{op_name}: attribute 'pads' must have {2 * rank} values (begins, then ends) for an input "
+                         f"with {rank} spatial axes, got {list(pads)}")
+    if any(int(size) < 1 for size in spatial):
+        raise ShapeError(f"{op_name}: the input's spatial axes {list(spatial)} include an empty one; every spatial "
+                         "axis needs at least one element")
+    out, begin, end = [], [], []
+    for axis in range(rank):
+        size, stride = int(spatial[axis]), int(strides[axis])
+        extent = (int(kernel[axis]) - 1) * int(dilations[axis]) + 1  # the dilated kernel's reach
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            n_out = -(-size // stride)
+            total = max((n_out - 1) * stride + extent - size, 0)
+            small, large = total // 2, total - total // 2
+            pad_begin, pad_end = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
+        else:
+            pad_begin, pad_end = (0, 0) if auto_pad == "VALID" else (int(pads[axis]), int(pads[axis + rank]))
+            span = size + pad_begin + pad_end - extent
+            if span < 0:
+                raise ShapeError(f"{op_name}: the kernel (extent {extent} with dilation) is larger than spatial axis "
+                                 f"{axis} of the padded input ({size} + pads {pad_begin}+{pad_end}); use a smaller "
+                                 "kernel or more padding")
+            n_out = (math.ceil(span / stride) if ceil_mode else span // stride) + 1
+            if ceil_mode and (n_out - 1) * stride >= size + pad_begin:
+                n_out -= 1  # the last window would start in the trailing pad and see no input
+        padded = size + pad_begin + pad_end
+        if max(extent, padded, (n_out - 1) * stride + extent) > MAX_WINDOW_EXTENT:
+            raise ShapeError(f"{op_name}: on spatial axis {axis} the padded input ({size} + pads {pad_begin}+{pad_end}) "
+                             f"or the dilated kernel (extent {extent}) exceeds {MAX_WINDOW_EXTENT} elements; check the "
+                             "'pads', 'kernel_shape', 'dilations' and 'strides' attributes")
+        out.append(n_out)
+        begin.append(pad_begin)
+        end.append(pad_end)
+    if math.prod(out) > MAX_WINDOW_POSITIONS:
+        raise ShapeError(f"{op_name}: the output would have {math.prod(out)} positions per channel (spatial shape "
+                         f"{tuple(out)}), more than d5 supports ({MAX_WINDOW_POSITIONS}); check the 'pads' and "
+                         "'strides' attributes")
+    return WindowGeometry(tuple(out), tuple(begin), tuple(end))
+
+
+__all__ = ["AUTO_PAD_MODES", "MAX_WINDOW_EXTENT", "MAX_WINDOW_POSITIONS", "WindowGeometry",
+           "check_window_attributes", "window_geometry"]
