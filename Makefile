@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.d5-installed
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 PYTEST_ARGS ?=
 
-.PHONY: demo test install data bench conformance clean
+.PHONY: demo test install data bench conformance fuzz clean
 
 # ONE pip resolve with every extra, constrained (numpy<2 for MXNet, the on-disk CPU torch): a second,
 # separate `pip install` could upgrade numpy and break MXNet. Re-run when the packaging or C++ changes
@@ -41,9 +41,16 @@ test: $(STAMP) data
 conformance: $(STAMP)
 	$(PY) -m d5.bench.conformance --output results/conformance.json --markdown results/conformance.md
 
+# The long adversarial campaign of tests/fuzz/ (make test runs a fast subset): every case runs in a worker
+# subprocess, so a crash or a hang is a counted outcome; exits 1 on any crash, hang, raw exception or wrong result.
+fuzz: $(STAMP)
+	$(PY) tests/fuzz/run_fuzz.py --examples 5000 --json results/fuzz.json
+
 bench: $(STAMP) data
 	$(PY) benchmarks/lenet_epoch.py
 	$(PY) benchmarks/onnx_models.py
+	$(PY) benchmarks/batch1_latency.py
+	$(PY) benchmarks/nms.py
 
 clean:
 	rm -rf build *.egg-info d5/_C*.so .pytest_cache

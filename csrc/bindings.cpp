@@ -209,6 +209,32 @@ std::tuple<std::optional<Array<T>>, Array<T>, std::optional<Array<T>>> conv2d_ba
     return {dx, dw, dbias};
 }
 
+// (m, k) x (k, n) matrices, or stacks of them with one leading batch axis; trans_a / trans_b read an
+// operand stored transposed ((k, m) or (n, k)), so a transposed NumPy view needs no copy.
+template <typename T>
+Array<T> matmul(Array<T> a, Array<T> b, bool trans_a, bool trans_b) {
+    if (a.ndim() != b.ndim() || (a.ndim() != 2 && a.ndim() != 3))
+        throw std::invalid_argument("matmul: a and b must both be 2-D matrices or 3-D stacks of them, got " +
+                                    std::to_string(a.ndim()) + "-D and " + std::to_string(b.ndim()) + "-D");
+    const py::ssize_t last = a.ndim() - 1;
+    const index_t batch = a.ndim() == 3 ? a.shape(0) : 1;
+    if (a.ndim() == 3 && b.shape(0) != batch)
+        throw std::invalid_argument("matmul: a and b stack different numbers of matrices");
+    const index_t m = trans_a ? a.shape(last) : a.shape(last - 1), k = trans_a ? a.shape(last - 1) : a.shape(last);
+    const index_t kb = trans_b ? b.shape(last) : b.shape(last - 1), n = trans_b ? b.shape(last - 1) : b.shape(last);
+    if (k != kb)
+        throw std::invalid_argument("matmul: inner dimensions differ (" + std::to_string(k) + " and " +
+                                    std::to_string(kb) + ")");
+    Array<T> c(a.ndim() == 3 ? std::vector<py::ssize_t>{batch, m, n} : std::vector<py::ssize_t>{m, n});
+    const T *pa = a.data(), *pb = b.data();
+    T* pc = c.mutable_data();
+    {
+        py::gil_scoped_release release;
+        d5::kernels::batched_gemm(trans_a, trans_b, batch, m, n, k, pa, pb, pc);
+    }
+    return c;
+}
+
 // scipy exports each BLAS routine as a PyCapsule named by its C signature; checking that name guards
 // against a future scipy whose BLAS takes 64-bit integers, which would be silently corrupted otherwise.
 template <typename T>
@@ -312,7 +338,8 @@ template <typename T>
 Array<T> global_avg_pool_forward(Array<T> x) {
     if (x.ndim() < 3) throw std::invalid_argument("global_avg_pool_forward: x must be (N, C, spatial...)");
     const index_t planes = x.shape(0) * x.shape(1);
-    const index_t size = planes > 0 ? x.size() / planes : 0;
+    index_t size = 1;
+    for (py::ssize_t axis = 2; axis < x.ndim(); ++axis) size *= x.shape(axis);
     if (size == 0) throw std::invalid_argument("global_avg_pool_forward: x has an empty spatial extent");
     std::vector<py::ssize_t> shape(x.shape(), x.shape() + x.ndim());
     for (size_t i = 2; i < shape.size(); ++i) shape[i] = 1;
@@ -429,6 +456,9 @@ void bind_all(py::module_& m) {
     m.def("col2im", &col2im<T>, "columns"_a, "image_shape"_a, "kernel"_a, "strides"_a, "pads_begin"_a,
           "dilations"_a, "out"_a, "batch_major"_a = true,
           "Adjoint of im2col: columns (either layout) -> (N, C, H, W), summing overlapping taps.");
+    m.def("matmul", &matmul<T>, "a"_a, "b"_a, "trans_a"_a = false, "trans_b"_a = false,
+          "op(a) @ op(b) for 2-D matrices or 3-D stacks, on d5's OpenMP threads with single-threaded BLAS "
+          "(the same bits at any thread count).");
     m.def("conv2d_forward", &conv2d_forward<T>, "x"_a, "w"_a, "bias"_a, "strides"_a, "pads_begin"_a, "dilations"_a,
           "out"_a, "groups"_a, "2-D convolution (im2col + BLAS GEMM per image); bias may be None.");
     m.def("conv2d_backward", &conv2d_backward<T>, "dy"_a, "x"_a, "w"_a, "strides"_a, "pads_begin"_a,

@@ -117,6 +117,29 @@ void parallel_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, 
     trap.rethrow();
 }
 
+template <typename T>
+void batched_gemm(bool trans_a, bool trans_b, index_t batch, index_t m, index_t n, index_t k, const T* a,
+                  const T* b, T* c) {
+    if (batch == 0 || m == 0 || n == 0) return;
+    if (k == 0) {  // an empty sum; BLAS would also refuse the zero leading dimensions
+        std::fill(c, c + batch * m * n, T(0));
+        return;
+    }
+    const index_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
+    if (batch == 1) return parallel_gemm<T>(trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, T(0), c, n);
+    SerialBlas serial_blas(true);
+    ExceptionTrap trap;
+#pragma omp parallel for schedule(static)
+    for (index_t i = 0; i < batch; ++i) trap.run([&] {
+        gemm_row_major<T>(trans_a, trans_b, m, n, k, T(1), a + i * m * k, lda, b + i * k * n, ldb, T(0), c + i * m * n, n);
+    });
+    trap.rethrow();
+}
+
+template void batched_gemm<float>(bool, bool, index_t, index_t, index_t, index_t, const float*, const float*, float*);
+template void batched_gemm<double>(bool, bool, index_t, index_t, index_t, index_t, const double*, const double*,
+                                   double*);
+
 template void parallel_gemm<float>(bool, bool, index_t, index_t, index_t, float, const float*, index_t, const float*,
                                    index_t, float, float*, index_t);
 template void parallel_gemm<double>(bool, bool, index_t, index_t, index_t, double, const double*, index_t,

@@ -46,6 +46,13 @@ void gemm_row_major(bool trans_a, bool trans_b, index_t m, index_t n, index_t k,
 // tiling depends on (m, n) only, never on the thread count, and every element of C is summed over the whole
 // k by one BLAS call, so the result is the same bits at any thread count. This is how d5's kernels use
 // BLAS's cores: d5 owns the threads, BLAS's own pool stays asleep (see SerialBlas).
+// C[i] = op(A[i]) op(B[i]) for i < batch (row-major, densely packed matrices; op = transpose if asked).
+// One matrix is split by parallel_gemm; several run one per OpenMP thread, each a single-threaded BLAS
+// call: which of the two depends on `batch` alone, so again the bits do not depend on the thread count.
+template <typename T>
+void batched_gemm(bool trans_a, bool trans_b, index_t batch, index_t m, index_t n, index_t k, const T* a,
+                  const T* b, T* c);
+
 template <typename T>
 void parallel_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,
                    const T* b, index_t ldb, T beta, T* c, index_t ldc);

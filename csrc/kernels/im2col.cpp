@@ -20,8 +20,8 @@ void validate(const Conv2DGeometry& g) {
             std::to_string(g.kernel_w) + " out=" + std::to_string(g.out_h) + "x" + std::to_string(g.out_w) + ")");
     // Every index the kernels form (oh * stride + kh * dilation - pad, c * H * W + ..., the column
     // matrix's rows x cols) must be computable without overflow: check the largest of each once here.
-    window_reach(g.out_h, g.stride_h, g.kernel_h, g.dilation_h, g.pad_top, "2-D window rows");
-    window_reach(g.out_w, g.stride_w, g.kernel_w, g.dilation_w, g.pad_left, "2-D window columns");
+    window_reach(g.height, g.out_h, g.stride_h, g.kernel_h, g.dilation_h, g.pad_top, "2-D window rows");
+    window_reach(g.width, g.out_w, g.stride_w, g.kernel_w, g.dilation_w, g.pad_left, "2-D window columns");
     checked_mul(checked_mul(g.channels, g.height, "image size"), g.width, "image size");
     checked_mul(g.col_rows_checked(), g.col_cols_checked(), "im2col column matrix");
 }
@@ -32,9 +32,14 @@ index_t Conv2DGeometry::col_rows_checked() const {
 
 index_t Conv2DGeometry::col_cols_checked() const { return checked_mul(out_h, out_w, "im2col columns"); }
 
-index_t window_reach(index_t out, index_t stride, index_t kernel, index_t dilation, index_t pad, const char* what) {
+index_t window_reach(index_t size, index_t out, index_t stride, index_t kernel, index_t dilation, index_t pad,
+                     const char* what) {
     const index_t last = checked_add(checked_mul(out - 1, stride, what), checked_mul(kernel - 1, dilation, what), what);
     checked_add(last, pad, what);  // the coordinate before subtracting the pad must not overflow either
+    // The clipping of windows to the input (valid_range, tap_range) rounds -offset / step up, with
+    // -offset <= pad, and measures size - 1 - offset: neither may overflow.
+    checked_add(pad, std::max(stride, dilation), what);
+    checked_add(size, pad, what);
     return last;
 }
 

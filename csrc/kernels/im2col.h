@@ -32,8 +32,10 @@ struct Conv2DGeometry {
 void validate(const Conv2DGeometry& g);
 
 // (out - 1) * stride + (kernel - 1) * dilation, the farthest tap of the last window from the first window's
-// start, checked (with the pad added) for overflow; throws std::length_error naming `what`.
-index_t window_reach(index_t out, index_t stride, index_t kernel, index_t dilation, index_t pad, const char* what);
+// start, checked for overflow together with every other coordinate the window clipping forms on an axis of
+// `size` elements with leading pad `pad`; throws std::length_error naming `what`.
+index_t window_reach(index_t size, index_t out, index_t stride, index_t kernel, index_t dilation, index_t pad,
+                     const char* what);
 
 // Output columns [lo, hi) whose input coordinate ow*stride + offset lies inside [0, size).
 // Computed once per kernel tap so the inner loops have no bounds checks.

@@ -29,8 +29,8 @@ void validate(const Pool2DGeometry& g) {
             std::to_string(g.kernel_h) + "x" + std::to_string(g.kernel_w) + " out=" + std::to_string(g.out_h) +
             "x" + std::to_string(g.out_w) + ")");
     // Window coordinates (and the divisor's count_include_pad bounds) must not overflow: see im2col's validate.
-    window_reach(g.out_h, g.stride_h, g.kernel_h, g.dilation_h, g.pad_top, "2-D pooling rows");
-    window_reach(g.out_w, g.stride_w, g.kernel_w, g.dilation_w, g.pad_left, "2-D pooling columns");
+    window_reach(g.height, g.out_h, g.stride_h, g.kernel_h, g.dilation_h, g.pad_top, "2-D pooling rows");
+    window_reach(g.width, g.out_w, g.stride_w, g.kernel_w, g.dilation_w, g.pad_left, "2-D pooling columns");
     checked_add(checked_add(g.height, g.pad_top, "2-D pooling rows"), g.pad_bottom, "2-D pooling rows");
     checked_add(checked_add(g.width, g.pad_left, "2-D pooling columns"), g.pad_right, "2-D pooling columns");
     checked_mul(g.height, g.width, "2-D pooling plane");

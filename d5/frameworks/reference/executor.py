@@ -13,6 +13,7 @@ import numpy as np
 
 from d5.errors import D5Error, GraphError, UnsupportedOperatorError
 from d5.frameworks.reference.operators import create_operator, supported_operators
+from d5.frameworks.reference.kernels import serial_numpy_blas
 from d5.frameworks.reference.operator_errors import operator_failure
 from d5.network.executor import GraphExecutor
 from d5.network.graph import Network, Node, gradient_name, node_captures
@@ -104,7 +105,8 @@ class ReferenceGraphExecutor(GraphExecutor):
         feeds = self.check_inputs(inputs)
         plan = self._plan(frozenset(feeds), None)
         self._memory.check(plan, feeds, training=False)
-        values, _ = self._forward(plan, feeds, training=False)
+        with serial_numpy_blas():
+            values, _ = self._forward(plan, feeds, training=False)
         return {name: values[name] for name in plan.outputs}
 
     def inference_and_backprop(self, inputs: Mapping[str, Any], y: str = "loss") -> dict[str, np.ndarray]:
@@ -112,9 +114,11 @@ class ReferenceGraphExecutor(GraphExecutor):
         feeds = self.check_inputs(inputs)
         plan = self._plan(frozenset(feeds), y)
         self._memory.check(plan, feeds, training=True)
-        values, results_by_node = self._forward(plan, feeds, training=True)
-        _narrow_to_gradient_dtypes(plan, values, self.network.get_params(), y)
-        grads = self._backward(plan, values, results_by_node, y)
+        # The thread policy (kernels.set_num_threads): d5's threads do the work, BLAS runs single-threaded.
+        with serial_numpy_blas():
+            values, results_by_node = self._forward(plan, feeds, training=True)
+            _narrow_to_gradient_dtypes(plan, values, self.network.get_params(), y)
+            grads = self._backward(plan, values, results_by_node, y)
         params = self.network.params
         live = {name: value for name, value in values.items() if name not in params}
         for param in self.network.get_params():

@@ -114,6 +114,77 @@ def set_num_threads(threads: int) -> int:
     return previous
 
 
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` with NumPy's matmul semantics, run by d5._C on d5's threads when both operands are float32
+    or both float64 and at least 2-D: the thread policy's matrix product (see :func:`set_num_threads`), which
+    gives the same bits at any thread count (NumPy's BLAS does not: measured on LeNet-5's first Gemm, 1 and 4
+    threads differ in the last bits). Other operands (1-D, integers, mixed or narrow floats) use NumPy,
+    which the executor keeps single-threaded while a pass runs (:func:`serial_numpy_blas`).
+
+    >>> x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    >>> matmul(x, x.T)
+    array([[ 5., 14.],
+           [14., 50.]], dtype=float32)
+    """
+    if (a.dtype != b.dtype or a.dtype not in (np.float32, np.float64) or a.ndim < 2 or b.ndim < 2
+            or a.shape[-1] != b.shape[-2] or not native_available()):
+        return np.matmul(a, b)
+    native = load_native()
+    if b.ndim == 2:  # one weight for every row of a: a single GEMM over the flattened batch
+        rows = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+        weights, trans_b = _gemm_operand(b)
+        return native.matmul(rows, weights, False, trans_b).reshape(*a.shape[:-1], b.shape[-1])
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    stacked = [np.broadcast_to(x, batch + x.shape[-2:]).reshape(-1, *x.shape[-2:]) for x in (a, b)]
+    (left, trans_a), (right, trans_b) = (_gemm_operand(x) for x in stacked)
+    return native.matmul(left, right, trans_a, trans_b).reshape(*batch, a.shape[-2], b.shape[-1])
+
+
+def gemm(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = False) -> np.ndarray:
+    """``op(a) @ op(b)`` for 2-D float32 or float64 matrices of one dtype (op: transpose when asked) on d5's
+    threads, like :func:`matmul`; a transposed operand is read in place, never copied.
+
+    >>> x = np.arange(6.0).reshape(2, 3)
+    >>> gemm(x, x, trans_b=True)
+    array([[ 5., 14.],
+           [14., 50.]])
+    """
+    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64) or not native_available():
+        return np.matmul(a.T if trans_a else a, b.T if trans_b else b)
+    (left, flip_a), (right, flip_b) = _gemm_operand(a), _gemm_operand(b)
+    return load_native().matmul(left, right, trans_a != flip_a, trans_b != flip_b)
+
+
+def _gemm_operand(x: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``x`` as a C-contiguous array and whether that array holds it transposed (a ``.T`` or swapaxes view of
+    a contiguous array is passed as that array, flagged, instead of being copied)."""
+    if x.flags.c_contiguous:
+        return x, False
+    swapped = np.swapaxes(x, -1, -2)
+    if swapped.flags.c_contiguous:
+        return swapped, True
+    return np.ascontiguousarray(x), False
+
+
+_blas_controller = None
+
+
+@contextlib.contextmanager
+def serial_numpy_blas() -> Iterator[None]:
+    """While open, every BLAS pool in the process (NumPy's, SciPy's) runs single-threaded: the executor
+    holds it for a pass, so the few NumPy BLAS calls there give the same bits at any thread count, and
+    BLAS threads never compete with d5's OpenMP threads."""
+    global _blas_controller
+    if _blas_controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        native_available()  # loads SciPy's BLAS (d5._C's), so that the controller sees it too
+
+        _blas_controller = ThreadpoolController().select(user_api="blas")
+    with _blas_controller.limit(limits=1):
+        yield
+
+
 def num_threads() -> int:
     """The reference framework's thread budget (see :func:`set_num_threads`).
 
@@ -209,4 +280,5 @@ def resolve_window_2d(op_name: str, spatial: Sequence[int], kernel_shape: Sequen
 
 
 __all__ = ["AUTO_PAD_MODES", "Window2D", "WindowGeometry", "as_kernel_array", "compute_dtype", "load_native",
-           "native_available", "num_threads", "resolve_window_2d", "set_num_threads", "window_geometry"]
+           "gemm", "matmul", "native_available", "num_threads", "resolve_window_2d", "serial_numpy_blas",
+           "set_num_threads", "window_geometry"]

@@ -54,6 +54,12 @@ SCRIPT = textwrap.dedent("""
     out["losses"] = losses
     out["params"] = digest(*executor.network.fetch_tensors(executor.network.get_params()))
     out["inference batch 1"] = digest(executor.inference({"input": batch["input"][:1]})["output"])
+
+    # LeNet-5's Gemm layers: NumPy's multi-threaded BLAS gave different bits at 1 and 4 threads here.
+    lenet = reference.from_model(d5.models.lenet5())
+    lenet.inference_and_backprop({"input": rng.standard_normal((64, 1, 28, 28)).astype(np.float32),
+                                  "label": rng.integers(0, 10, 64).astype(np.int64)})
+    out["lenet5 gradients"] = digest(*lenet.network.fetch_tensors([g for _, g in lenet.network.gradient("loss")]))
     print(json.dumps(out))
 """)
 

@@ -1,6 +1,7 @@
 """Reference linear algebra: Gemm (``alpha * A' @ B' + beta * C``) and MatMul (numpy matmul semantics).
 
-Both run on numpy's BLAS; transposes are views, never copies.
+Both run their float32/float64 products through d5._C (``kernels.gemm``/``kernels.matmul``: d5's threads,
+single-threaded BLAS, the same bits at any thread count); transposed operands are read in place, never copied.
 
 >>> import numpy as np
 >>> from d5.frameworks.reference.operators import create_operator
@@ -14,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from d5.errors import ShapeError
+from d5.frameworks.reference.kernels import gemm, matmul
 from d5.frameworks.reference.operators.elementwise import ensure_array, unbroadcast
 from d5.frameworks.reference.operators.registry import ReferenceOp, register
 
@@ -37,7 +39,7 @@ class Gemm(ReferenceOp):
             raise ShapeError(f"Gemm: inner dimensions differ: A{'.T' if self.transA else ''} is {a.shape} and "
                              f"B{'.T' if self.transB else ''} is {b.shape} (A {inputs[0].shape}, B {inputs[1].shape}, "
                              f"transA={int(self.transA)}, transB={int(self.transB)}); check the transpose flags")
-        y = a @ b
+        y = gemm(inputs[0], inputs[1], self.transA, self.transB)
         if self.alpha != 1.0:
             y *= self.alpha
         if c is not None:
@@ -51,11 +53,12 @@ class Gemm(ReferenceOp):
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
         g = grads[0]
-        a, b = self._operands(fwd_inputs[0], fwd_inputs[1])
+        a, b = fwd_inputs[0], fwd_inputs[1]
+        self._operands(a, b)
         # Gradients of A' and B' are g @ B'.T and A'.T @ g; for a transposed operand compute the
         # transpose directly (B' @ g.T) rather than transposing the product.
-        grad_a = b @ g.T if self.transA else g @ b.T
-        grad_b = g.T @ a if self.transB else a.T @ g
+        grad_a = gemm(b, g, self.transB, True) if self.transA else gemm(g, b, False, not self.transB)
+        grad_b = gemm(g, a, True, self.transA) if self.transB else gemm(a, g, not self.transA, False)
         if self.alpha != 1.0:
             grad_a *= self.alpha
             grad_b *= self.alpha
@@ -86,7 +89,7 @@ class MatMul(ReferenceOp):
     def forward(self, inputs):
         a, b = inputs[0], inputs[1]
         try:
-            product = ensure_array(np.matmul(a, b))  # 1-D @ 1-D is a 0-d array, not a scalar
+            product = ensure_array(matmul(a, b))  # 1-D @ 1-D is a 0-d array, not a scalar
         except ValueError:
             raise ShapeError(f"MatMul: shapes {a.shape} and {b.shape} do not multiply (the last dimension of A must "
                              "equal the second-to-last of B, batch dimensions must broadcast, no 0-D operands)") from None
@@ -100,13 +103,13 @@ class MatMul(ReferenceOp):
         b2 = b[:, np.newaxis] if b.ndim == 1 else b
         out_shape = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1])
         g = grads[0].reshape(out_shape)
-        grad_a = np.matmul(g, np.swapaxes(b2, -1, -2))
+        grad_a = matmul(g, np.swapaxes(b2, -1, -2))
         if b2.ndim == 2 and a2.ndim > 2:
             # B is shared by the whole batch: fold the batch into one GEMM instead of a batched product
             # followed by a sum over the batch.
-            grad_b = a2.reshape(-1, a2.shape[-1]).T @ g.reshape(-1, g.shape[-1])
+            grad_b = gemm(np.ascontiguousarray(a2).reshape(-1, a2.shape[-1]), g.reshape(-1, g.shape[-1]), True, False)
         else:
-            grad_b = unbroadcast(np.matmul(np.swapaxes(a2, -1, -2), g), b2.shape)
+            grad_b = unbroadcast(matmul(np.swapaxes(a2, -1, -2), g), b2.shape)
         grad_a = unbroadcast(grad_a, a2.shape)
         return (ensure_array(grad_a).reshape(a.shape).astype(a.dtype, copy=False),
                 ensure_array(grad_b).reshape(b.shape).astype(b.dtype, copy=False))
