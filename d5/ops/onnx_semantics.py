@@ -78,22 +78,65 @@ def _is_int(value) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class WindowGeometry:
-    """Output size and the pads actually applied, per spatial axis."""
+    """Output size and pads per spatial axis. A pad is negative only under ``auto_pad`` SAME_* when the
+    stride exceeds the dilated kernel: the windows then start ``-pad`` elements into the input (begin) or
+    never reach its last ``-pad`` elements (end). Kernels take :attr:`crops` and :attr:`applied_pads`.
+
+    >>> WindowGeometry(out=(2,), pads_begin=(-1,), pads_end=(0,)).crops
+    (1, 0)
+    """
 
     out: tuple[int, ...]
     pads_begin: tuple[int, ...]
     pads_end: tuple[int, ...]
 
+    @property
+    def crops(self) -> tuple[int, ...]:
+        """Elements no window reaches, to drop from the input (begins, then ends, as ONNX ``pads``)."""
+        return tuple(max(-pad, 0) for pad in (*self.pads_begin, *self.pads_end))
+
+    @property
+    def applied_pads(self) -> tuple[int, ...]:
+        """The pads (all >= 0) to add around the input once :attr:`crops` are dropped (begins, then ends)."""
+        return tuple(max(pad, 0) for pad in (*self.pads_begin, *self.pads_end))
+
 
 def window_geometry(spatial: Sequence[int], kernel: Sequence[int], *, strides: Sequence[int],
                     dilations: Sequence[int], pads: Sequence[int], auto_pad: str = "NOTSET",
-                    ceil_mode: bool = False, op_name: str = "window") -> WindowGeometry:
+                    ceil_mode: bool = False, clamp_same_pads: bool = False,
+                    op_name: str = "window") -> WindowGeometry:
     """Resolve ONNX padding attributes into output sizes and explicit pads (begin/end per axis).
 
     ``pads`` is in ONNX order ``[x1_begin, x2_begin, ..., x1_end, x2_end, ...]`` and is used only when
-    ``auto_pad`` is ``NOTSET``. ``SAME_UPPER``/``SAME_LOWER`` give ``ceil(in / stride)`` outputs and put
-    the odd pad at the end/beginning; ``VALID`` pads nothing. With ``ceil_mode`` (pooling) the last
-    window may overhang, but, as in PyTorch, it must start inside the input or the leading pad.
+    ``auto_pad`` is ``NOTSET``. ``VALID`` pads nothing. With ``ceil_mode`` (pooling) the last window may
+    overhang, but, as in PyTorch, it must start inside the input or the leading pad.
+
+    ``SAME_UPPER``/``SAME_LOWER`` give ``ceil(in / stride)`` outputs and the total pad of the pooling
+    operators' documentation, ``(out - 1) * stride + (kernel - 1) * dilation + 1 - in``, split in two
+    halves as the spec words it: "the extra padding is added at the end for SAME_UPPER and at the
+    beginning for SAME_LOWER" -- also when the total is negative (stride larger than the dilated kernel):
+    the half nearer zero comes first under SAME_UPPER (truncating division, as onnxruntime), and SAME_LOWER
+    is SAME_UPPER mirrored, so -1 splits as (0, -1) under SAME_UPPER and (-1, 0) under SAME_LOWER, -2 as
+    (-1, -1) under both. Measured against onnxruntime 1.31 and
+    onnx.reference 1.23 on 1-D to 3-D grids (``tests/frameworks/reference/test_same_padding.py``):
+
+    * pooling (MaxPool, AveragePool, LpPool) keeps negative pads, as both of them do where they answer:
+      onnxruntime's AveragePool/LpPool (and MaxPool with dilations; without them it refuses negative pads)
+      and onnx.reference's MaxPool apply the formula unclamped. They round differently for the two
+      halves of a negative total: onnxruntime's C++ division truncates (-1 splits as (0, -1) under both
+      modes, -2 as (0, -2) under SAME_LOWER), onnx.reference's MaxPool floors under both modes (and its
+      SAME_LOWER outputs ``floor(in / stride)`` values). d5 follows the spec's words, which onnxruntime
+      does under SAME_UPPER; where the two agree without dilations, d5 agrees with both.
+    * Conv passes ``clamp_same_pads=True``: a negative total becomes 0, as onnx.reference's Conv, ONNX's
+      shape inference and TensorFlow's SAME do, and as onnxruntime's Conv does wherever the two agree
+      (its own rule, a total raised by one when twice it would lose an output, then truncated, differs).
+    * dilations: d5 uses the dilated kernel, as the formula says and onnx.reference does; onnxruntime
+      pads as if the dilation were 1 for pooling and refuses Conv (microsoft/onnxruntime#1224, #10083).
+    * a window that sees only padding (possible with dilations larger than the input) gives -inf in
+      MaxPool (onnx.reference gives 0, onnxruntime an empty output).
+
+    Negative pads describe the geometry only: kernels drop :attr:`WindowGeometry.crops` from the input
+    and pad it by :attr:`WindowGeometry.applied_pads`.
 
     Raises :class:`d5.errors.ShapeError` when the attributes are out of range (see
     :func:`check_window_attributes`), the input has an empty spatial axis, the kernel does not fit the
@@ -104,6 +147,11 @@ def window_geometry(spatial: Sequence[int], kernel: Sequence[int], *, strides: S
     WindowGeometry(out=(3,), pads_begin=(0,), pads_end=(0,))
     >>> window_geometry((5,), (3,), strides=(2,), dilations=(1,), pads=(0, 0), auto_pad="SAME_LOWER")
     WindowGeometry(out=(3,), pads_begin=(1,), pads_end=(1,))
+    >>> window_geometry((5,), (1,), strides=(3,), dilations=(1,), pads=(0, 0), auto_pad="SAME_UPPER")
+    WindowGeometry(out=(2,), pads_begin=(0,), pads_end=(-1,))
+    >>> window_geometry((5,), (1,), strides=(3,), dilations=(1,), pads=(0, 0), auto_pad="SAME_UPPER",
+    ...                 clamp_same_pads=True)
+    WindowGeometry(out=(2,), pads_begin=(0,), pads_end=(0,))
     """
     rank = len(spatial)
     check_window_attributes(op_name, auto_pad=auto_pad, kernel_shape=kernel, strides=strides, dilations=dilations,
@@ -124,9 +172,13 @@ def window_geometry(spatial: Sequence[int], kernel: Sequence[int], *, strides: S
         extent = (int(kernel[axis]) - 1) * int(dilations[axis]) + 1  # the dilated kernel's reach
         if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
             n_out = -(-size // stride)
-            total = max((n_out - 1) * stride + extent - size, 0)
-            small, large = total // 2, total - total // 2
-            pad_begin, pad_end = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
+            total = (n_out - 1) * stride + extent - size
+            if clamp_same_pads:
+                total = max(total, 0)
+            # The half nearer zero first under SAME_UPPER, last under SAME_LOWER (the spec: "the extra padding
+            # is added at the end for SAME_UPPER and at the beginning for SAME_LOWER"), also when negative.
+            near = int(total / 2)  # truncated toward zero: -1 splits as (0, -1) under SAME_UPPER
+            pad_begin, pad_end = (near, total - near) if auto_pad == "SAME_UPPER" else (total - near, near)
         else:
             pad_begin, pad_end = (0, 0) if auto_pad == "VALID" else (int(pads[axis]), int(pads[axis + rank]))
             span = size + pad_begin + pad_end - extent

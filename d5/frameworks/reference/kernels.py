@@ -237,7 +237,10 @@ def as_kernel_array(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
 class Window2D:
     """A sliding window resolved for the 2-D kernels; 1-D inputs are run as height-1 images.
 
-    ``pads`` is ``(top, left, bottom, right)`` as the kernels take it; ``spatial_rank`` is the rank the
+    ``pads`` is ``(top, left, bottom, right)`` as the kernels take it, never negative (d5._C rejects
+    negative pads); ``crops``, in the same layout, counts the input's leading and trailing elements no
+    window reaches (a negative SAME_* pad), which the operators drop before a kernel runs
+    (:func:`d5.frameworks.reference.operators.windows_nd.crop_input`). ``spatial_rank`` is the rank the
     operator was given (1 or 2), so the caller can reshape the result back.
     """
 
@@ -247,6 +250,7 @@ class Window2D:
     pads: tuple[int, int, int, int]
     out: tuple[int, int]
     spatial_rank: int
+    crops: tuple[int, int, int, int] = (0, 0, 0, 0)
 
     @property
     def pads_begin(self) -> tuple[int, int]:
@@ -255,11 +259,15 @@ class Window2D:
 
 def resolve_window_2d(op_name: str, spatial: Sequence[int], kernel_shape: Sequence[int], *,
                       strides: Sequence[int] | None, dilations: Sequence[int] | None, pads: Sequence[int] | None,
-                      auto_pad: str = "NOTSET", ceil_mode: bool = False) -> Window2D:
-    """ONNX window attributes (``None`` = ONNX default) for 1 or 2 spatial axes -> :class:`Window2D`.
+                      auto_pad: str = "NOTSET", ceil_mode: bool = False, clamp_same_pads: bool = False) -> Window2D:
+    """ONNX window attributes (``None`` = ONNX default) for 1 or 2 spatial axes -> :class:`Window2D`
+    (``clamp_same_pads``: see :func:`d5.ops.onnx_semantics.window_geometry`).
 
     >>> resolve_window_2d("MaxPool", (10,), (3,), strides=(2,), dilations=None, pads=None)
-    Window2D(kernel=(1, 3), strides=(1, 2), dilations=(1, 1), pads=(0, 0, 0, 0), out=(1, 4), spatial_rank=1)
+    Window2D(kernel=(1, 3), strides=(1, 2), dilations=(1, 1), pads=(0, 0, 0, 0), out=(1, 4), spatial_rank=1, crops=(0, 0, 0, 0))
+    >>> same = resolve_window_2d("MaxPool", (5,), (1,), strides=(3,), dilations=None, pads=None, auto_pad="SAME_UPPER")
+    >>> same.out, same.pads, same.crops  # SAME pads (0, -1): the windows read x[0], x[3], never x[4]
+    ((1, 2), (0, 0, 0, 0), (0, 0, 0, 1))
     """
     rank = len(spatial)
     if rank not in (1, 2):
@@ -270,13 +278,14 @@ def resolve_window_2d(op_name: str, spatial: Sequence[int], kernel_shape: Sequen
     dilations = tuple(dilations) if dilations is not None else (1,) * rank
     pads = tuple(pads) if pads is not None else (0,) * (2 * rank)
     geometry = window_geometry(spatial, kernel_shape, strides=strides, dilations=dilations, pads=pads,
-                               auto_pad=auto_pad, ceil_mode=ceil_mode, op_name=op_name)
+                               auto_pad=auto_pad, ceil_mode=ceil_mode, clamp_same_pads=clamp_same_pads,
+                               op_name=op_name)
     if rank == 1:
+        (pad_begin, pad_end), (crop_begin, crop_end) = geometry.applied_pads, geometry.crops
         return Window2D((1, int(kernel_shape[0])), (1, int(strides[0])), (1, int(dilations[0])),
-                        (0, geometry.pads_begin[0], 0, geometry.pads_end[0]), (1, geometry.out[0]), 1)
+                        (0, pad_begin, 0, pad_end), (1, geometry.out[0]), 1, (0, crop_begin, 0, crop_end))
     return Window2D((int(kernel_shape[0]), int(kernel_shape[1])), (int(strides[0]), int(strides[1])),
-                    (int(dilations[0]), int(dilations[1])),
-                    (*geometry.pads_begin, *geometry.pads_end), geometry.out, 2)
+                    (int(dilations[0]), int(dilations[1])), geometry.applied_pads, geometry.out, 2, geometry.crops)
 
 
 __all__ = ["AUTO_PAD_MODES", "Window2D", "WindowGeometry", "as_kernel_array", "compute_dtype", "load_native",

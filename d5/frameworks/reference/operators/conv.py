@@ -149,8 +149,10 @@ class Conv(ReferenceOp):
         if b is not None and b.shape != (m,):
             raise ShapeError(f"Conv: B must have shape ({m},) (one bias per output channel), got {b.shape}")
         dtype = compute_dtype("Conv", *(a for a in (x, w, b) if a is not None))
-        window = resolve_window("Conv", x.shape[2:], w.shape[2:], strides=self.strides,
-                                   dilations=self.dilations, pads=self.pads, auto_pad=self.auto_pad)
+        # SAME_* never pads Conv by a negative amount (onnx.reference's Conv clamps the total to 0, and so
+        # does onnxruntime wherever the two agree; see window_geometry), so nothing is ever cropped here.
+        window = resolve_window("Conv", x.shape[2:], w.shape[2:], strides=self.strides, dilations=self.dilations,
+                                pads=self.pads, auto_pad=self.auto_pad, clamp_same_pads=True)
         if window.spatial_rank == 1:
             x = x.reshape(x.shape[0], x.shape[1], 1, x.shape[2])
             w = w.reshape(w.shape[0], w.shape[1], 1, w.shape[2])

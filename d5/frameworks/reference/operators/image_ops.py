@@ -27,7 +27,8 @@ import numpy as np
 from d5.errors import ShapeError
 from d5.frameworks.reference.operators.checks import require_rank
 from d5.frameworks.reference.operators.registry import NonDifferentiableOp, ReferenceOp, register
-from d5.ops.onnx_semantics import check_window_attributes
+from d5.frameworks.reference.operators.windows_nd import crop_input
+from d5.ops.onnx_semantics import check_window_attributes, window_geometry
 
 
 def _text(value: Any) -> str:
@@ -481,36 +482,21 @@ class LpPool(NonDifferentiableOp):
         x = require_rank("LpPool", inputs[0], f"X (N, C and {dims} spatial axes, from kernel_shape)", rank=dims + 2)
         strides = self.strides or [1] * dims
         dilations = self.dilations or [1] * dims
-        pads = self.pads or [0] * (2 * dims)
-        spatial = x.shape[2:]
-        extents = [(k - 1) * d + 1 for k, d in zip(self.kernel, dilations)]
-        begin, end, out = [], [], []
-        for i in range(dims):
-            if self.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-                length = -(-spatial[i] // strides[i])
-                total = max((length - 1) * strides[i] + extents[i] - spatial[i], 0)
-                low = total // 2 if self.auto_pad == "SAME_UPPER" else total - total // 2
-                begin.append(low)
-                end.append(total - low)
-            elif self.auto_pad == "VALID":
-                begin.append(0)
-                end.append(0)
-                length = (spatial[i] - extents[i]) // strides[i] + 1
-            else:
-                begin.append(pads[i])
-                end.append(pads[i + dims])
-            if self.auto_pad not in ("SAME_UPPER", "SAME_LOWER", "VALID"):
-                room = spatial[i] + begin[i] + end[i] - extents[i]
-                length = (-(-room // strides[i]) if self.ceil_mode else room // strides[i]) + 1
-            out.append(length)
-            # Windows that run past the padded input (ceil_mode) read zeros, which add nothing to the sum.
-            end[i] = max(end[i], (length - 1) * strides[i] + extents[i] - spatial[i] - begin[i])
-        powered = np.abs(x.astype(np.float64)) ** self.p
+        geometry = window_geometry(x.shape[2:], self.kernel, strides=strides, dilations=dilations,
+                                   pads=self.pads or [0] * (2 * dims), auto_pad=self.auto_pad,
+                                   ceil_mode=self.ceil_mode, op_name="LpPool")
+        # Negative SAME_* pads: the windows never reach the cropped elements.
+        powered = np.abs(crop_input(x, geometry.crops).astype(np.float64)) ** self.p
+        begin = geometry.applied_pads[:dims]
+        # Windows that run past the padded input (ceil_mode) read zeros, which add nothing to the sum.
+        end = [max(pad, (n - 1) * s + (k - 1) * d + 1 - size - b) for pad, n, s, k, d, size, b in
+               zip(geometry.applied_pads[dims:], geometry.out, strides, self.kernel, dilations, powered.shape[2:],
+                   begin)]
         padded = np.pad(powered, [(0, 0), (0, 0)] + list(zip(begin, end)))
-        total = np.zeros(x.shape[:2] + tuple(out))
+        total = np.zeros(x.shape[:2] + geometry.out)
         for offset in itertools.product(*[range(k) for k in self.kernel]):
             index = tuple(slice(o * d, o * d + (n - 1) * s + 1, s)
-                          for o, d, n, s in zip(offset, dilations, out, strides))
+                          for o, d, n, s in zip(offset, dilations, geometry.out, strides))
             total += padded[(slice(None), slice(None)) + index]
         return (total ** (1.0 / self.p)).astype(x.dtype)
 

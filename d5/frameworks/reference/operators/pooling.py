@@ -19,7 +19,8 @@ from d5.errors import ShapeError
 from d5.frameworks.reference.kernels import Window2D, as_kernel_array, compute_dtype, load_native
 from d5.frameworks.reference.operators import windows_nd
 from d5.frameworks.reference.operators.registry import ReferenceOp, register
-from d5.frameworks.reference.operators.windows_nd import WindowND, resolve_window
+from d5.frameworks.reference.operators.windows_nd import (WindowND, crop_input, resolve_window, uncrop_gradient,
+                                                          uncrop_indices)
 from d5.ops.onnx_semantics import check_window_attributes
 
 
@@ -44,7 +45,8 @@ class _WindowPool(ReferenceOp):
                                 strides=self.strides, dilations=self.dilations, pads=self.pads)
 
     def _prepare(self, inputs) -> tuple[np.ndarray, Window2D | WindowND]:
-        """X as a contiguous array of the compute dtype (1-D lifted to 2-D), and its resolved window."""
+        """X as a contiguous array of the compute dtype (1-D lifted to 2-D), and its resolved window; the
+        kernels run on ``crop_input(X, window.crops)`` (negative SAME_* pads, see window_geometry)."""
         if len(inputs) != 1 or inputs[0] is None:
             raise ShapeError(f"{self.op_name}: expected exactly one input X, got {len(inputs)}")
         x = np.asarray(inputs[0])
@@ -130,10 +132,15 @@ class MaxPool(_WindowPool):
         return self._restore(dx, original.ndim, original.dtype)
 
     def _pool(self, x: np.ndarray, window: Window2D | WindowND):
+        """``(Y, row-major flat indices into x)``; the indices point into ``x`` itself, not its cropped copy,
+        so that backward scatters straight into X's shape."""
+        cropped = crop_input(x, window.crops)
         if window.spatial_rank in windows_nd.NUMPY_SPATIAL_RANKS:
-            return windows_nd.max_pool_forward(x, window)
-        return load_native().max_pool2d_forward(x, window.kernel, window.strides, window.pads, window.dilations,
-                                                window.out)
+            y, indices = windows_nd.max_pool_forward(cropped, window)
+        else:
+            y, indices = load_native().max_pool2d_forward(cropped, window.kernel, window.strides, window.pads,
+                                                          window.dilations, window.out)
+        return y, uncrop_indices(indices, cropped.shape, window.crops)
 
     def _public_indices(self, indices: np.ndarray, shape: tuple, ndim: int) -> np.ndarray:
         if self.storage_order == 1:
@@ -169,6 +176,7 @@ class AveragePool(_WindowPool):
 
     def forward(self, inputs):
         x, window = self._prepare(inputs)
+        x = crop_input(x, window.crops)
         if window.spatial_rank in windows_nd.NUMPY_SPATIAL_RANKS:
             y = windows_nd.avg_pool_forward(x, window, self.count_include_pad)
         else:
@@ -179,14 +187,15 @@ class AveragePool(_WindowPool):
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
         x, window = self._prepare(fwd_inputs)
+        cropped_shape = crop_input(x, window.crops).shape
         dy = as_kernel_array(grads[0], x.dtype).reshape(x.shape[0], x.shape[1], *window.out)
         if window.spatial_rank in windows_nd.NUMPY_SPATIAL_RANKS:
-            dx = windows_nd.avg_pool_backward(dy, x.shape, window, self.count_include_pad)
+            dx = windows_nd.avg_pool_backward(dy, cropped_shape, window, self.count_include_pad)
         else:
-            dx = load_native().avg_pool2d_backward(dy, x.shape, window.kernel, window.strides, window.pads,
+            dx = load_native().avg_pool2d_backward(dy, cropped_shape, window.kernel, window.strides, window.pads,
                                                    window.dilations, self.count_include_pad)
         original = np.asarray(fwd_inputs[0])
-        return self._restore(dx, original.ndim, original.dtype)
+        return self._restore(uncrop_gradient(dx, window.crops), original.ndim, original.dtype)
 
 
 @register("GlobalAveragePool")

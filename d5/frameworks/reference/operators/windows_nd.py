@@ -39,7 +39,8 @@ NUMPY_SPATIAL_RANKS = (3,)
 class WindowND:
     """A sliding window resolved for the NumPy kernels: the counterpart of :class:`Window2D` for 3-D.
 
-    ``pads`` is in ONNX order (all begins, then all ends), as Window2D's ``(top, left, bottom, right)``.
+    ``pads`` (never negative) and ``crops`` (the input elements no window reaches, see :func:`crop_input`)
+    are in ONNX order (all begins, then all ends), as Window2D's ``(top, left, bottom, right)``.
     """
 
     kernel: tuple[int, ...]
@@ -48,6 +49,7 @@ class WindowND:
     pads: tuple[int, ...]
     out: tuple[int, ...]
     spatial_rank: int
+    crops: tuple[int, ...] = ()
 
     @property
     def pads_begin(self) -> tuple[int, ...]:
@@ -60,9 +62,12 @@ class WindowND:
 
 def resolve_window(op_name: str, spatial: Sequence[int], kernel_shape: Sequence[int], *,
                    strides: Sequence[int] | None, dilations: Sequence[int] | None, pads: Sequence[int] | None,
-                   auto_pad: str = "NOTSET", ceil_mode: bool = False) -> Window2D | WindowND:
+                   auto_pad: str = "NOTSET", ceil_mode: bool = False,
+                   clamp_same_pads: bool = False) -> Window2D | WindowND:
     """ONNX window attributes (``None`` = ONNX default) -> a :class:`Window2D` for 1-D/2-D inputs (run by
-    d5._C) or a :class:`WindowND` for 3-D inputs (run by this module).
+    d5._C) or a :class:`WindowND` for 3-D inputs (run by this module). ``clamp_same_pads`` (Conv): see
+    :func:`d5.ops.onnx_semantics.window_geometry`. The operator runs its kernels on
+    ``crop_input(x, window.crops)``, never on ``x`` itself.
 
     >>> resolve_window("Conv", (4, 4, 4), (3, 3, 3), strides=(2, 1, 1), dilations=None, pads=(1,) * 6).out
     (2, 4, 4)
@@ -74,14 +79,73 @@ def resolve_window(op_name: str, spatial: Sequence[int], kernel_shape: Sequence[
                 f"{op_name}: the reference framework implements 1-D, 2-D and 3-D windows (3-D to 5-D inputs), got "
                 f"an input with {rank} spatial axes; run this model on another framework (e.g. PyTorch)")
         return resolve_window_2d(op_name, spatial, kernel_shape, strides=strides, dilations=dilations, pads=pads,
-                                 auto_pad=auto_pad, ceil_mode=ceil_mode)
+                                 auto_pad=auto_pad, ceil_mode=ceil_mode, clamp_same_pads=clamp_same_pads)
     strides = tuple(int(s) for s in strides) if strides is not None else (1,) * rank
     dilations = tuple(int(d) for d in dilations) if dilations is not None else (1,) * rank
     pads = tuple(int(p) for p in pads) if pads is not None else (0,) * (2 * rank)
     kernel = tuple(int(k) for k in kernel_shape)
     geometry = window_geometry(spatial, kernel, strides=strides, dilations=dilations, pads=pads,
-                               auto_pad=auto_pad, ceil_mode=ceil_mode, op_name=op_name)
-    return WindowND(kernel, strides, dilations, (*geometry.pads_begin, *geometry.pads_end), geometry.out, rank)
+                               auto_pad=auto_pad, ceil_mode=ceil_mode, clamp_same_pads=clamp_same_pads,
+                               op_name=op_name)
+    return WindowND(kernel, strides, dilations, geometry.applied_pads, geometry.out, rank, geometry.crops)
+
+
+# -- negative SAME pads: crop the input once, before any kernel ---------------------------------------------------
+# A negative pad (auto_pad SAME_* with a stride larger than the dilated kernel) means the windows skip the
+# input's first -pad elements, or never reach its last -pad ones. Kernels (d5._C rejects negative pads) run on
+# the cropped input with the non-negative pads; gradients and MaxPool's indices are mapped back to the input.
+# ``crops`` counts, in ONNX order (all begins, then all ends), the elements cropped from the input's trailing
+# spatial axes (Window2D.crops, WindowND.crops, WindowGeometry.crops).
+
+def _crop_slices(crops: Sequence[int], shape: Sequence[int]) -> tuple[slice, ...]:
+    rank = len(crops) // 2
+    leading = (slice(None),) * (len(shape) - rank)
+    return leading + tuple(slice(begin, size - end) for begin, end, size in
+                           zip(crops[:rank], crops[rank:], shape[len(shape) - rank:]))
+
+
+def crop_input(x: np.ndarray, crops: Sequence[int]) -> np.ndarray:
+    """``x`` without the elements no window reaches: ``x`` itself when nothing is cropped, else a
+    C-contiguous copy (the kernels need one).
+
+    >>> crop_input(np.arange(5.0).reshape(1, 1, 5), (1, 0)).tolist()
+    [[[1.0, 2.0, 3.0, 4.0]]]
+    """
+    if not any(crops):
+        return x
+    return np.ascontiguousarray(x[_crop_slices(crops, x.shape)])
+
+
+def uncrop_gradient(dx: np.ndarray, crops: Sequence[int]) -> np.ndarray:
+    """The adjoint of :func:`crop_input`: the gradient of the cropped input padded back with zeros (the
+    cropped elements do not affect the output).
+
+    >>> uncrop_gradient(np.ones((1, 1, 4)), (1, 0)).tolist()
+    [[[0.0, 1.0, 1.0, 1.0, 1.0]]]
+    """
+    if not any(crops):
+        return dx
+    rank = len(crops) // 2
+    return np.pad(dx, [(0, 0)] * (dx.ndim - rank) + list(zip(crops[:rank], crops[rank:])))
+
+
+def uncrop_indices(indices: np.ndarray, cropped_shape: Sequence[int], crops: Sequence[int]) -> np.ndarray:
+    """Row-major flat indices into the cropped input -> the same elements' flat indices into the input;
+    -1 (a window that sees only padding) stays -1.
+
+    >>> uncrop_indices(np.array([0, 3, -1]), (1, 1, 4), (1, 0)).tolist()
+    [1, 4, -1]
+    """
+    if not any(crops):
+        return indices
+    rank = len(crops) // 2
+    unchanged = (0,) * (len(cropped_shape) - rank)  # the N and C axes
+    begins, ends = unchanged + tuple(crops[:rank]), unchanged + tuple(crops[rank:])
+    full_shape = tuple(size + begin + end for size, begin, end in zip(cropped_shape, begins, ends))
+    inside = indices >= 0
+    coords = np.unravel_index(np.where(inside, indices, 0), tuple(cropped_shape))
+    moved = np.ravel_multi_index(tuple(c + begin for c, begin in zip(coords, begins)), full_shape)
+    return np.where(inside, moved, -1).astype(indices.dtype, copy=False)
 
 
 def window_kernels(spatial_rank: int):
@@ -245,4 +309,5 @@ def avg_pool_backward(dy: np.ndarray, x_shape: Sequence[int], window: WindowND, 
 
 
 __all__ = ["NUMPY_KERNELS", "NUMPY_SPATIAL_RANKS", "WindowND", "avg_pool_backward", "avg_pool_forward", "col2im",
-           "im2col", "max_pool_backward", "max_pool_forward", "resolve_window", "window_kernels"]
+           "crop_input", "im2col", "max_pool_backward", "max_pool_forward", "resolve_window", "uncrop_gradient",
+           "uncrop_indices", "window_kernels"]
