@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -69,13 +70,16 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=40, help="consecutive calls per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--output", default="results/batch1_latency.json")
+    parser.add_argument("--model", help="an ONNX file to time instead of the zoo's MobileNet v1 (e.g. saved by "
+                                        "this d5 for an older d5 to load)")
     args = parser.parse_args()
 
     import d5
 
     with tempfile.TemporaryDirectory() as tmp:
-        model_path = str(Path(tmp) / "mobilenet_v1.onnx")
-        d5.save_onnx(d5.models.mobilenet_v1(), model_path)
+        model_path = args.model or str(Path(tmp) / "mobilenet_v1.onnx")
+        if not args.model:
+            d5.save_onnx(d5.models.mobilenet_v1(), model_path)
         workers = {}
         for name, (runtime, env) in CONFIGURATIONS.items():
             worker_env = {key: value for key, value in os.environ.items()
@@ -87,6 +91,7 @@ def main() -> None:
         spreads: dict[str, list[float]] = {name: [] for name in workers}
         for _ in range(args.rounds):
             for name, worker in workers.items():  # one worker at a time: they never share the cores
+                time.sleep(1.0)  # let the previous worker's thread pools (onnxruntime's spin) fall asleep
                 worker.stdin.write("go\n")
                 worker.stdin.flush()
                 round_times = json.loads(worker.stdout.readline())

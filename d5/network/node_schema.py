@@ -5,7 +5,9 @@ per node from its attributes; without this check a Relu given two inputs ran and
 an attribute of the wrong type or an input of an element type the operator does not define failed deep
 inside NumPy. :func:`check_network` compares each node with ``onnx.defs.get_schema(op_type, opset)``:
 the number of inputs and outputs (omitted optional inputs, given as ``''``, included), the attributes'
-names and types, and the element types of the inputs against the schema's type constraints.
+names and types, and the element types of the inputs against the schema's type constraints. The values
+of flag and axis attributes are checked too (:mod:`d5.network.attribute_ranges`), as nothing downstream
+range-checks them (ONNX's own shape inference segfaults on some).
 
 Element types are known for graph inputs and parameters; for the tensors nodes produce they are carried
 forward through the same type constraints (an output typed ``T`` has the type its inputs bound ``T`` to),
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from d5.errors import SchemaError
+from d5.network.attribute_ranges import check_axes_against_ranks, check_value_ranges, propagate_ranks
 
 if TYPE_CHECKING:
     from d5.network.graph import Network, Node
@@ -44,20 +47,25 @@ _ONNX_DOMAINS = ("", "ai.onnx")
 
 
 # ---------------------------------------------------------------------------------------------- public API
-def check_network(network: "Network", outer_types: dict[str, str] | None = None) -> None:
+def check_network(network: "Network", outer_types: dict[str, str] | None = None,
+                  outer_ranks: dict[str, int] | None = None) -> None:
     """Check every node of ``network`` (and of its control-flow bodies, at their own opsets) against its
     ONNX schema; raise :class:`~d5.errors.SchemaError` naming the first node that does not match.
-    ``outer_types`` holds the ONNX type strings of the enclosing graphs' tensors a body may read."""
+    ``outer_types`` and ``outer_ranks`` hold the ONNX type strings and the known ranks of the enclosing
+    graphs' tensors a body may read."""
     types = _known_types(network, outer_types)
+    ranks = _known_ranks(network, outer_ranks)
     for node in network.topological_order():
         schema = _schema(node.op_type, network.opset, node.domain)
         if schema is not None:
             where = f"node {node.name!r} ({node.op_type}, opset {network.opset})"
             _check_arity(node, schema, where)
             _check_attributes(node, schema, where)
+            check_axes_against_ranks(node, ranks, where)
             bound = _check_input_types(node, schema, types, where)
             _propagate(node, schema, bound, types)
-        _check_bodies(node, types)
+        propagate_ranks(node, ranks)
+        _check_bodies(node, types, ranks)
 
 
 def check_node_attributes(node: "Node", opset: int) -> None:
@@ -224,6 +232,7 @@ def _check_attributes(node: "Node", schema: _Schema, where: str) -> None:
                 what = _ATTRIBUTE_WORDS[found]
             raise SchemaError(f"{where}: attribute {name!r} must be {_ATTRIBUTE_WORDS.get(expected, expected)}, got "
                               f"{what} ({value!r:.60})")
+    check_value_ranges(node.attrs, where)  # types are right here; flags and axes must also hold sane values
     missing = [name for name, (_, required) in schema.attributes.items() if required and node.attrs.get(name) is None]
     if missing:
         raise SchemaError(f"{where}: required attribute{_s(len(missing))} {missing} not given; set "
@@ -298,6 +307,20 @@ def _known_types(network: "Network", outer: dict[str, str] | None) -> dict[str, 
         else:
             types[name] = text
     return types
+
+
+def _known_ranks(network: "Network", outer: dict[str, int] | None) -> dict[str, int]:
+    """The ranks of the tensors ``network`` starts with: its parameters' and its declared tensor inputs'
+    (the executor refuses a fed array of another rank). A body's inputs count as unknown: ONNX lets a body
+    declare them loosely, and what flows in is the enclosing operator's business."""
+    ranks = dict(outer or {})
+    for name, info in network.inputs.items():
+        ranks.pop(name, None)
+        if not network.is_subgraph and info.is_tensor and info.shape is not None:
+            ranks[name] = len(info.shape)
+    for name, value in network.params.items():
+        ranks[name] = np.ndim(value)
+    return ranks
 
 
 def _check_input_types(node: "Node", schema: _Schema, types: dict[str, str], where: str) -> dict[str, str]:
@@ -393,12 +416,12 @@ def _special_output_type(node: "Node") -> str | None:
     return None
 
 
-def _check_bodies(node: "Node", types: dict[str, str]) -> None:
+def _check_bodies(node: "Node", types: dict[str, str], ranks: dict[str, int]) -> None:
     from d5.network.graph import subgraphs
 
     for key, body in subgraphs(node):
         try:
-            check_network(body, types)
+            check_network(body, types, ranks)
         except SchemaError as err:
             raise SchemaError(f"node {node.name!r} ({node.op_type}), subgraph {key!r}: {err}") from None
 

@@ -19,13 +19,15 @@ or ``KeyError`` traceback escapes: file formats are exactly where hostile or dam
 """
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from d5.errors import D5Error, GraphError, OnnxImportError, UnsupportedOperatorError
+from d5.errors import D5Error, GraphError, OnnxImportError, SchemaError, UnsupportedOperatorError
+from d5.network.attribute_ranges import check_value_ranges
 from d5.network.graph import Network, Node
 from d5.network.op_types import CUSTOM_DOMAIN, D5_DOMAIN, resolve_domain
 from d5.network.onnx_scopes import all_nodes, node_reads
@@ -100,8 +102,49 @@ def _read_model(source: Any, external_data_dir: str | os.PathLike | None):
     if not model.HasField("graph") or model.ir_version <= 0:
         raise OnnxImportError(f"{what} is not an ONNX model (no graph or no IR version); was the file truncated, "
                               "or is it another format? Re-export it with onnx.save_model")
+    _require_utf8(model, "model", what)
     _load_external_data(model, base_dir, what)
     return model
+
+
+#: Text fields nothing in d5 reads, so their encoding does not matter.
+_UNREAD_TEXT_FIELDS = frozenset({"doc_string"})
+
+
+def _require_utf8(message, path: str, what: str) -> None:
+    """Refuse a text field of ``message`` (recursively) that is not UTF-8. Protobuf's upb parser does not
+    check proto2 strings: it hands such a field over as ``bytes``, and a node name of ``b'\\xccelu'``
+    then failed far from the import (a raw UnicodeDecodeError when the graph was exported for shape
+    inference). Only text and message fields are read, never tensor data (raw_data may be gigabytes)."""
+    texts, messages = _text_and_message_fields(message.DESCRIPTOR)
+    for name, repeated in texts:
+        values = getattr(message, name) if repeated else (getattr(message, name),)
+        for index, value in enumerate(values):
+            if isinstance(value, bytes):
+                where = f"{path}.{name}" + (f"[{index}]" if repeated else "")
+                raise OnnxImportError(f"{what}: the text field {where} ({value.decode('utf-8', 'backslashreplace')!r}) "
+                                      "is not valid UTF-8, as ONNX requires of names, types and domains; the file is "
+                                      "damaged or its exporter is faulty: fix the name or re-export the model")
+    for name, repeated in messages:
+        if repeated:
+            for index, item in enumerate(getattr(message, name)):
+                _require_utf8(item, f"{path}.{name}[{index}]", what)
+        elif message.HasField(name):
+            _require_utf8(getattr(message, name), f"{path}.{name}", what)
+
+
+@functools.lru_cache(maxsize=None)
+def _text_and_message_fields(descriptor) -> tuple[tuple[tuple[str, bool], ...], tuple[tuple[str, bool], ...]]:
+    """(name, repeated) of the text fields and of the message fields of a protobuf message type."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    def repeated(field) -> bool:  # protobuf >= 5.28 has is_repeated; 7 removed label
+        return field.is_repeated if hasattr(field, "is_repeated") else field.label == FieldDescriptor.LABEL_REPEATED
+
+    texts = tuple((f.name, repeated(f)) for f in descriptor.fields
+                  if f.type == FieldDescriptor.TYPE_STRING and f.name not in _UNREAD_TEXT_FIELDS)
+    messages = tuple((f.name, repeated(f)) for f in descriptor.fields if f.type == FieldDescriptor.TYPE_MESSAGE)
+    return texts, messages
 
 
 def _parse(data: bytes, what: str):
@@ -149,6 +192,9 @@ class _ModelImporter:
         self.graph = model.graph
 
     def run(self) -> Network:
+        # First: ONNX's C++ shape inference (run by the version converter and to complete output types) trusts
+        # these values, and segfaults on some (GatherND batch_dims=-2**31).
+        self._check_attribute_values()
         self.opset = self._check_opsets()
         self._inline_functions()
         self._check_nodes()
@@ -203,6 +249,22 @@ class _ModelImporter:
         except Exception as err:  # noqa: BLE001
             raise OnnxImportError(f"could not inline the model's local functions ({err})") from None
         self.graph = self.model.graph
+        self._check_attribute_values()  # the inlined nodes take attribute values from their callers
+
+    def _check_attribute_values(self) -> None:
+        """The flag and axis attributes of every ONNX-domain node hold values ONNX defines (see
+        :func:`d5.network.attribute_ranges.check_value_ranges`)."""
+        from onnx import AttributeProto
+
+        for label, node in all_nodes(self.graph, _label):
+            if node.domain not in _DEFAULT_DOMAINS:
+                continue
+            ints = {a.name: a.i if a.type == AttributeProto.INT else list(a.ints)
+                    for a in node.attribute if a.type in (AttributeProto.INT, AttributeProto.INTS)}
+            try:
+                check_value_ranges(ints, label)
+            except SchemaError as err:
+                raise OnnxImportError(str(err)) from None
 
     def _check_nodes(self) -> None:
         from onnx import AttributeProto

@@ -280,3 +280,92 @@ def test_type_string_and_allowed_input_types():
     assert node_schema.type_string(np.dtype("V4")) is None  # no ONNX element type: the check is skipped
     assert node_schema.allowed_input_types("Relu", 17, 3) is None
     assert node_schema.allowed_input_types("NoSuchOp", 17, 0) is None
+
+
+# ---------------------------------------------------------------------------------------------- attribute values
+# Flags and axes are plain ints to ONNX's type system; their values are checked too (d5.network.attribute_ranges).
+
+@pytest.mark.parametrize("op_type, attrs, bad", [
+    ("ArgMax", {"keepdims": -2**63}, "keepdims"),
+    ("ReduceSum", {"keepdims": 2**62}, "keepdims"),
+    ("AveragePool", {"kernel_shape": [2, 2], "ceil_mode": 7}, "ceil_mode"),
+    ("CumSum", {"exclusive": -1}, "exclusive"),
+    ("Gemm", {"transB": 2}, "transB"),
+])
+def test_flags_other_than_0_and_1_are_refused_when_added(op_type, attrs, bad):
+    # Each once ran, reading "nonzero" as on, and gave other shapes or values than onnxruntime.
+    net = _net("x")
+    with pytest.raises(SchemaError, match=rf"node 'n' \({op_type}, opset 17\): attribute '{bad}' must be 0 or 1"):
+        net.add_node(op_type, ["x"], ["y"], name="n", **attrs)
+
+
+def test_a_flag_set_after_adding_is_refused_by_validate_and_executor_build():
+    net = _net("x", scale=np.ones(3, np.float32), bias=np.zeros(3, np.float32))
+    net.add_node("BatchNormalization", ["x", "scale", "bias", "scale", "bias"], ["y"], name="bn")
+    net.node("bn").attrs["training_mode"] = 2**40  # attributes are a plain dict: validation catches edits
+    _finish(net)
+    with pytest.raises(SchemaError, match=r"node 'bn' .*'training_mode' must be 0 or 1, got 1099511627776"):
+        net.validate()
+    with pytest.raises(SchemaError, match="training_mode"):
+        reference.from_model(net)
+
+
+@pytest.mark.parametrize("op_type, attrs, expected", [
+    ("GatherND", {"batch_dims": -2**31}, r"'batch_dims' = -2147483648 must hold dimension numbers"),
+    ("GatherND", {"batch_dims": 32}, r"'batch_dims' = 32 must hold dimension numbers"),
+    ("Softmax", {"axis": 33}, r"'axis' = 33 is not an axis of any tensor"),
+    ("ReduceSum", {"axes": [0, -2**40]}, r"'axes' = \[0, -1099511627776\] is not an axis"),
+    ("Transpose", {"perm": [1, -1]}, r"'perm' = \[1, -1\] must hold dimension numbers"),
+    ("Transpose", {"perm": [1, 1]}, r"'perm' = \[1, 1\] repeats a dimension"),
+])
+def test_axes_no_tensor_has_are_refused_whatever_the_rank(op_type, attrs, expected):
+    net = _net("x")
+    inputs = ["x", "x"] if op_type == "GatherND" else ["x"]
+    with pytest.raises(SchemaError, match=rf"node 'n' \({op_type}, opset 17\): attribute {expected}"):
+        net.add_node(op_type, inputs, ["y"], name="n", **attrs)
+
+
+def _chain(op_type, attrs, *, before=None, opset=None, params=()):
+    """x (N, 3) [-> before] -> op_type(**attrs) -> y, with ``params`` (arrays) as the further inputs."""
+    net = d5.Network("ranks", opset=opset)
+    net.add_input("x", ("N", 3))
+    source = "x"
+    if before is not None:
+        net.add_node(before, ["x"], ["t"])
+        source = "t"
+    for index, value in enumerate(params):
+        net.add_param(f"p{index}", value)
+    net.add_node(op_type, [source] + [f"p{index}" for index in range(len(params))], ["y"], name="n", **attrs)
+    return _finish(net)
+
+
+@pytest.mark.parametrize("op_type, attrs, kwargs, expected", [
+    ("Softmax", {"axis": 2}, {}, r"'axis' = 2 is out of range for input 0 \('x'\) of rank 2; use an axis in \[-2, 1\]"),
+    ("Softmax", {"axis": -3}, {"before": "Relu"}, r"input 0 \('t'\) of rank 2"),  # the rank carried through Relu
+    ("ReduceMean", {"axes": [0, 5]}, {}, r"'axes' = \[0, 5\] .*use axes in \[-2, 1\]"),
+    ("Flatten", {"axis": 3}, {}, r"use an axis in \[-2, 2\]"),
+    ("OneHot", {"axis": 3}, {"params": [np.array(4), np.array([0.0, 1.0], np.float32)]}, r"use an axis in \[-3, 2\]"),
+    ("Unsqueeze", {"axes": [0, 4]}, {"opset": 11}, r"output rank 4\); use axes in \[-4, 3\]"),
+    ("Transpose", {"perm": [0, 2]}, {"before": "Sigmoid"}, r"not a permutation of the 2 dimensions"),
+    ("GatherND", {"batch_dims": 2}, {"params": [np.zeros((2, 3, 1), np.int64)]},
+     r"'batch_dims' = 2 must be less than the rank of input 0 \('x', rank 2\)"),
+])
+def test_axes_outside_the_known_rank_of_the_input_are_refused_by_validate(op_type, attrs, kwargs, expected):
+    net = _chain(op_type, attrs, **kwargs)
+    with pytest.raises(SchemaError, match=rf"node 'n' \({op_type}, opset \d+\): attribute .*{expected}"):
+        net.validate()
+    with pytest.raises(SchemaError, match=rf"node 'n' \({op_type}"):
+        reference.from_model(net)
+
+
+def test_axes_in_range_and_unknown_ranks_pass():
+    net = _net("x")
+    net.add_node("Softmax", ["x"], ["s"], axis=-2)
+    net.add_node("Flatten", ["s"], ["f"], axis=2)  # axis = rank flattens everything
+    net.add_node("Transpose", ["f"], ["t"], perm=[1, 0])
+    net.add_node("Unsqueeze", ["t", "axes"], ["u"])
+    net.add_param("axes", np.array([0, 3], np.int64))
+    net.add_node("Softmax", ["u"], ["y"], axis=31)  # u's rank comes from data: unknown, so only |axis| <= 32
+    net.add_node("GatherND", ["x", "rows"], ["g"], batch_dims=1)
+    net.add_param("rows", np.zeros((2, 1), np.int64))
+    _finish(net).validate()

@@ -1,6 +1,7 @@
 """ONNX import and export: round trips judged by onnxruntime and onnx.reference, every dtype, external
 data, symbolic dimensions, default attributes, and bad input that must end as a d5 error."""
 import os
+import re
 
 import ml_dtypes
 import numpy as np
@@ -310,6 +311,74 @@ def test_wrong_attribute_type_and_wrong_tensor_size_are_d5_errors():
     model.graph.initializer[0].raw_data = model.graph.initializer[0].raw_data[:-4]
     with pytest.raises(OnnxImportError, match="W"):
         d5.Network.from_onnx(model)
+
+
+GATHER_ND_SEGFAULT = """
+import numpy as np, d5
+from onnx import TensorProto, helper, numpy_helper
+from d5.frameworks import reference
+node = helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=-2**31)
+output = {output}
+graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])], [output],
+                          [numpy_helper.from_array(np.array([[0, 1], [2, 3]], np.int64), "i")])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+try:
+    reference.from_model(d5.Network.from_onnx(model.SerializeToString())).inference({{"x": np.ones((3, 4), np.float32)}})
+except d5.errors.OnnxImportError as err:
+    print(err)
+"""
+
+
+@pytest.mark.parametrize("output", [
+    'helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a"])',  # the executor's shape inference segfaulted
+    'helper.make_empty_tensor_value_info("y")',  # import completes untyped outputs by shape inference: it did too
+])
+def test_attribute_values_onnx_shape_inference_crashes_on_are_refused_first(output):
+    # Run in a subprocess: the failure this guards against kills the interpreter (SIGSEGV in onnx's C++).
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", GATHER_ND_SEGFAULT.format(output=output)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "node #0 (GatherND): attribute 'batch_dims' = -2147483648 must hold dimension numbers" in done.stdout
+
+
+def test_flags_and_axes_are_checked_inside_control_flow_bodies_on_import():
+    def branch(keepdims):
+        return helper.make_graph([helper.make_node("ArgMax", ["x"], ["r"], name="inner", keepdims=keepdims)], "branch",
+                                 [], [helper.make_tensor_value_info("r", TensorProto.INT64, [1])])
+
+    node = helper.make_node("If", ["c"], ["y"], name="choose", then_branch=branch(3), else_branch=branch(1))
+    model = make_model([node], [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                                helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                       [helper.make_tensor_value_info("y", TensorProto.INT64, [1])])
+    with pytest.raises(OnnxImportError, match=r"node 'choose' \(If\), subgraph 'then_branch': node 'inner' \(ArgMax\): "
+                                              r"attribute 'keepdims' must be 0 or 1, got 3"):
+        d5.Network.from_onnx(model)
+
+
+@pytest.mark.parametrize("text, field", [
+    (b"fc", "graph.node[0].name"),                      # a node name
+    (b"W", "graph.node[0].input[1]"),                   # a tensor name (the node's input comes before the initializer)
+    (b"transB", "graph.node[0].attribute[0].name"),     # an attribute name
+    (b"test", "graph.name"),
+])
+def test_text_that_is_not_utf8_is_refused_at_import_naming_the_field(text, field):
+    # upb hands a proto2 string that is not UTF-8 over as bytes; it used to become a bytes node name and fail later
+    # (a raw UnicodeDecodeError when the executor exported the graph for shape inference).
+    data = gemm_model().SerializeToString()
+    damaged = data.replace(text, b"\xcc" + text[1:])
+    assert damaged != data
+    with pytest.raises(OnnxImportError, match=re.escape(field) + ".*not valid UTF-8"):
+        d5.Network.from_onnx(damaged)
+
+
+def test_doc_strings_that_are_not_utf8_are_ignored():
+    model = gemm_model()
+    model.graph.node[0].doc_string = "doc"
+    data = model.SerializeToString().replace(b"doc", b"\xccoc")
+    assert d5.Network.from_onnx(data).node("fc").op_type == "Gemm"
 
 
 def test_bytes_and_paths_are_accepted(tmp_path):

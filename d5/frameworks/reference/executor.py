@@ -18,6 +18,7 @@ from d5.frameworks.reference.operator_errors import operator_failure
 from d5.network.executor import GraphExecutor
 from d5.network.graph import Network, Node, gradient_name, node_captures
 from d5.network.memory import check_working_set, tensor_nbytes
+from d5.network.onnx_export import infer_shapes
 from d5.ops.operator import CustomOp, as_tuple
 
 
@@ -293,7 +294,7 @@ class _MemoryCheck:
             return
         if self._shapes is None:
             try:
-                self._shapes = self._network.infer_shapes()
+                self._shapes = infer_shapes(self._network, validated=True)  # validated when the executor was built
             except D5Error:  # graphs ONNX cannot infer (custom operators): nothing is known in advance
                 self._shapes = {}
         bindings, batch_symbol = _bindings(self._network, feeds)

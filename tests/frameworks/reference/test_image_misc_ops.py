@@ -86,6 +86,43 @@ def test_resize_gradient_matches_finite_differences(attributes):
         assert result.passed, (scales, result)
 
 
+@pytest.mark.parametrize("axis, indices", [(-1, np.array([[0, 2], [3, -1]])), (0, np.array([1, 5, -4]))])
+def test_one_hot_values_gradient_matches_finite_differences(axis, indices):
+    # The output is off_value or on_value element by element: linear in values (index 5 is out of range: all off).
+    op = create_operator("OneHot", {"axis": axis})
+    inputs = [indices, np.array(4), np.array([0.25, -1.5])]
+    result = check_gradient(op, inputs)
+    assert result.passed, result
+    assert [check.index for check in result.inputs] == [2]
+    dy = _random(op.forward(inputs).shape, seed=3)
+    grad_indices, grad_depth, grad_values = op.backward([dy], inputs, None)
+    hot = op.forward([indices, np.array(4), np.array([0.0, 1.0])]).astype(bool)
+    assert grad_indices is None and grad_depth is None
+    np.testing.assert_allclose(grad_values, [dy[~hot].sum(), dy[hot].sum()])
+
+
+def test_one_hot_with_trainable_values_trains_end_to_end():
+    # Once refused: "OneHot has no gradient" for a model that learns its off/on values.
+    import d5
+    from d5.frameworks import reference
+
+    net = d5.Network()
+    net.add_input("labels", ("N",), "int64")
+    net.add_param("depth", np.array(3, np.int64), trainable=False)
+    net.add_param("values", np.array([0.1, 0.9], np.float32))
+    net.add_input("target", ("N", 3))
+    net.add_node("OneHot", ["labels", "depth", "values"], ["encoded"])
+    net.add_node("MeanSquaredError", ["encoded", "target"], ["loss"])
+    net.add_output("loss")
+    executor = reference.from_model(net)
+    labels, target = np.array([0, 2, 1, 2]), np.zeros((4, 3), np.float32)
+    executor.inference_and_backprop({"labels": labels, "target": target})
+    (grad,) = executor.network.fetch_tensors(["values_grad"])
+    # d loss / d values for loss = mean((encoded - 0)^2) over 12 elements: 8 off, 4 on.
+    assert grad.dtype == np.float32
+    np.testing.assert_allclose(grad, [8 * 2 * 0.1 / 12, 4 * 2 * 0.9 / 12], rtol=1e-6)
+
+
 def test_non_differentiable_operators_refuse_backward():
     from d5.errors import UnsupportedOperatorError
     op = create_operator("TopK", {})

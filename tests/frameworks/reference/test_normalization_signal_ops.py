@@ -93,14 +93,39 @@ def test_lrn_matches_torch_forward_and_autograd(size, alpha, beta, bias):
     np.testing.assert_allclose(op.backward([dy], [x], [y]), expected_dx, rtol=1e-10, atol=1e-12)
 
 
-def test_lrn_even_size_matches_onnx_and_gradient():
-    # PyTorch centres even windows differently; onnxruntime refuses them; onnx.reference's loop covers only the
-    # first N channels, so N == C here.
-    x = normal(4, 4, 2, 3, dtype=np.float32)
-    attributes = {"size": 2, "alpha": 0.3, "beta": 0.7, "bias": 1.5}
-    np.testing.assert_allclose(d5_forward("LRN", [x], attributes), onnx_reference_output("LRN", [x], attributes),
-                               rtol=1e-6)
-    assert check_gradient(create_operator("LRN", {"size": 4, "alpha": 0.5}), [normal(2, 5, 3)]).passed
+def test_lrn_gradient_matches_finite_differences():
+    assert check_gradient(create_operator("LRN", {"size": 3, "alpha": 0.5}), [normal(2, 5, 3)]).passed
+
+
+@pytest.mark.parametrize("size", [2, 4, 0, -1, -2**31])
+def test_lrn_refuses_even_and_non_positive_sizes(size):
+    # PyTorch centres even windows before c, ONNX's formula after c, and onnxruntime refuses them: no portable
+    # answer, so d5 refuses them as onnxruntime does (and sizes below 1 mean nothing).
+    with pytest.raises(ShapeError, match="odd"):
+        create_operator("LRN", {"size": size})
+
+
+@pytest.mark.parametrize("name", ["alpha", "beta", "bias"])
+def test_lrn_refuses_non_finite_coefficients(name):
+    with pytest.raises(ShapeError, match=name):
+        create_operator("LRN", {"size": 3, name: float("nan")})
+
+
+def test_lrn_zero_alpha_and_beta_are_the_identity():
+    x = normal(1, 4, 3, 3)
+    np.testing.assert_array_equal(d5_forward("LRN", [x], {"size": 3, "alpha": 0.0, "beta": 0.0}), x)
+
+
+def test_lrn_window_wider_than_the_channels_sums_them_all_in_time_independent_of_size():
+    # size 2**28 once looped 2**28 times (a hang); any window reaching past every channel is the same window.
+    x, dy = normal(1, 4, 3, 3), normal(1, 4, 3, 3, seed=1)
+    huge = create_operator("LRN", {"size": 2**28 + 1, "alpha": 0.5 * (2**28 + 1)})
+    widest = create_operator("LRN", {"size": 7, "alpha": 0.5 * 7})  # the same alpha / size, all 4 channels
+    y = huge.forward([x])
+    np.testing.assert_allclose(y, widest.forward([x]), rtol=1e-12)
+    expected = x / (1.0 + 0.5 * (x * x).sum(axis=1, keepdims=True)) ** 0.75
+    np.testing.assert_allclose(y, expected, rtol=1e-12)
+    np.testing.assert_allclose(huge.backward([dy], [x], [y]), widest.backward([dy], [x], [y]), rtol=1e-10)
 
 
 def test_lrn_float32_matches_onnxruntime():

@@ -274,6 +274,63 @@ def test_conv_transpose_gradient(attrs, x_shape, w_shape):
     assert result.passed, result.summary()
 
 
+# output_shape given: ONNX ignores the pads and derives them, total = natural - output_shape, the odd unit at the
+# end for SAME_UPPER and at the beginning otherwise. (d5 once kept the pads: [1, 12, 23, 34] for the first case.)
+CONV_TRANSPOSE_OUTPUT_SHAPE_CASES = [
+    ({"output_shape": [4]}, (1, 1, 5), (1, 1, 2)),
+    ({"output_shape": [4], "pads": [0, 2]}, (1, 1, 5), (1, 1, 2)),
+    ({"output_shape": [4], "auto_pad": "SAME_UPPER"}, (1, 1, 5), (1, 1, 2)),
+    ({"output_shape": [3], "auto_pad": "SAME_LOWER", "strides": [2]}, (1, 2, 3), (2, 1, 3)),
+    ({"kernel_shape": [2], "strides": [2], "pads": [1, 1], "output_padding": [1], "output_shape": [1]}, (1, 1, 2), (1, 1, 2)),
+    ({"output_shape": [7, 5], "strides": [2, 3], "dilations": [2, 1], "pads": [1, 1, 1, 1]}, (2, 2, 3, 2), (2, 3, 3, 2)),
+    ({"output_shape": [6, 9], "strides": [2, 3], "auto_pad": "SAME_UPPER", "group": 2}, (1, 4, 3, 3), (4, 1, 2, 3)),
+    ({"output_shape": [8], "strides": [2]}, (1, 1, 4), (1, 1, 1)),  # one more than unpadded: a zero at the end
+    ({"strides": [2], "auto_pad": "SAME_LOWER"}, (1, 1, 4), (1, 1, 1)),  # input * stride > unpadded: clamped
+]
+
+
+def _onnxruntime_conv_transpose(attrs, x, w):
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
+                                            for n, a in (("x", x), ("w", w))], [helper.make_empty_tensor_value_info("y")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x, "w": w})[0]
+
+
+@pytest.mark.parametrize("attrs, x_shape, w_shape", CONV_TRANSPOSE_OUTPUT_SHAPE_CASES)
+def test_conv_transpose_with_output_shape_matches_onnxruntime(attrs, x_shape, w_shape):
+    rng = np.random.default_rng(15)
+    x, w = rng.standard_normal(x_shape).astype(np.float32), rng.standard_normal(w_shape).astype(np.float32)
+    y = create_operator("ConvTranspose", attrs).forward([x, w])
+    expected = _onnxruntime_conv_transpose(attrs, x, w)
+    assert y.shape == expected.shape
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_transpose_output_shape_ignores_pads_worked_example():
+    x, w = np.arange(1.0, 6.0).reshape(1, 1, 5), np.array([[[1.0, 10.0]]])
+    for pads in (None, [1, 0], [0, 3]):
+        attrs = {"output_shape": [4]} if pads is None else {"output_shape": [4], "pads": pads}
+        np.testing.assert_array_equal(create_operator("ConvTranspose", attrs).forward([x, w]), [[[12, 23, 34, 45]]])
+
+
+@pytest.mark.parametrize("attrs, x_shape, w_shape", CONV_TRANSPOSE_OUTPUT_SHAPE_CASES[:7])
+def test_conv_transpose_with_output_shape_gradient(attrs, x_shape, w_shape):
+    rng = np.random.default_rng(16)
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+    bias = rng.standard_normal(w_shape[1] * attrs.get("group", 1))
+    result = test_gradient(create_operator("ConvTranspose", attrs), [x, w, bias])
+    assert result.passed, result.summary()
+
+
+def test_conv_transpose_output_shape_of_the_wrong_length_is_refused():
+    with pytest.raises(ShapeError, match="output_shape must have 2 values"):
+        create_operator("ConvTranspose", {"output_shape": [4]}).forward([np.zeros((1, 1, 3, 3)), np.zeros((1, 1, 2, 2))])
+
+
 @pytest.mark.parametrize("equation, shapes", [
     ("ij,jk->ik", [(2, 3), (3, 4)]),
     ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),

@@ -21,9 +21,12 @@ from d5.ops.onnx_semantics import check_window_attributes
 
 
 def _channel_window_sum(a: np.ndarray, before: int, after: int) -> np.ndarray:
-    """``out[:, c] = sum(a[:, c - before : c + after + 1])`` along axis 1, the window clipped to the channels."""
+    """``out[:, c] = sum(a[:, c - before : c + after + 1])`` along axis 1, the window clipped to the channels.
+    A window reaching past every channel sums them all: it costs at most ``2 * C - 1`` shifts, whatever its
+    size (a size of 2**28 used to loop 2**28 times)."""
     out = np.zeros_like(a)
     channels = a.shape[1]
+    before, after = min(before, channels - 1), min(after, channels - 1)
     for shift in range(-before, after + 1):
         lo, hi = max(0, -shift), min(channels, channels - shift)
         if lo < hi:
@@ -37,8 +40,12 @@ def _channel_window_sum(a: np.ndarray, before: int, after: int) -> np.ndarray:
 class LRN(ReferenceOp):
     """Local response normalization across channels of (N, C, D1, ...):
     ``Y[c] = X[c] / (bias + alpha / size * sum(X[c']^2))^beta`` with ``c'`` in
-    ``[c - floor((size - 1) / 2), c + ceil((size - 1) / 2)]`` (clipped to the channels). For odd ``size`` this is
-    PyTorch's ``local_response_norm``; for even ``size`` ONNX puts the extra channel after ``c``, PyTorch before.
+    ``[c - (size - 1) / 2, c + (size - 1) / 2]`` (clipped to the channels), as PyTorch's ``local_response_norm``.
+
+    ``size`` must be odd. ONNX's formula also defines even sizes (the extra channel after ``c``), but
+    onnxruntime refuses them and PyTorch puts the extra channel before ``c``: a model with one has no
+    portable answer, so d5 refuses it too. ``alpha``, ``beta`` and ``bias`` must be finite; zero or negative
+    values are kept (the formula is defined for them; onnxruntime alone refuses ``alpha, beta <= 0``).
 
     >>> import numpy as np
     >>> x = np.array([[[1.0], [2.0]]])
@@ -48,12 +55,16 @@ class LRN(ReferenceOp):
 
     def __init__(self, size: int | None = None, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> None:
         super().__init__()
-        if size is None or int(size) < 1:
-            raise ShapeError(f"LRN: the size attribute is required and must be >= 1 (e.g. size=5), got {size}")
+        if size is None or int(size) < 1 or int(size) % 2 == 0:
+            raise ShapeError(f"LRN: the size attribute is required and must be odd and >= 1 (e.g. size=5), got "
+                             f"{size}; an even window has no centre (onnxruntime refuses it, PyTorch and ONNX's "
+                             f"formula centre it differently): use size - 1 or size + 1")
         self.size = int(size)
         self.alpha, self.beta, self.bias = float(alpha), float(beta), float(bias)
-        self.before = (self.size - 1) // 2
-        self.after = self.size - 1 - self.before
+        for name, value in (("alpha", self.alpha), ("beta", self.beta), ("bias", self.bias)):
+            if not np.isfinite(value):
+                raise ShapeError(f"LRN: attribute {name!r} must be a finite number, got {value}")
+        self.half = (self.size - 1) // 2  # channels on each side of c in the window
 
     def _prepare(self, inputs):
         if len(inputs) != 1 or inputs[0] is None:
@@ -62,7 +73,7 @@ class LRN(ReferenceOp):
         if x.ndim < 2:
             raise ShapeError(f"LRN: X must be (N, C, ...), got shape {x.shape}")
         x = x.astype(compute_dtype("LRN", x), copy=False)
-        denominator = self.bias + (self.alpha / self.size) * _channel_window_sum(x * x, self.before, self.after)
+        denominator = self.bias + (self.alpha / self.size) * _channel_window_sum(x * x, self.half, self.half)
         return x, denominator
 
     def forward(self, inputs):
@@ -73,8 +84,8 @@ class LRN(ReferenceOp):
         x, denominator = self._prepare(fwd_inputs)
         dy = np.asarray(grads[0], dtype=x.dtype)
         scaled = denominator ** -self.beta
-        # Channel c' feeds the denominators of the channels c whose window holds c': the transposed window.
-        through_denominator = _channel_window_sum(dy * x * scaled / denominator, self.after, self.before)
+        # Channel c' feeds the denominators of the channels c whose window holds c' (the window is symmetric).
+        through_denominator = _channel_window_sum(dy * x * scaled / denominator, self.half, self.half)
         dx = dy * scaled - (2.0 * self.beta * self.alpha / self.size) * x * through_denominator
         return dx.astype(np.asarray(fwd_inputs[0]).dtype, copy=False)
 

@@ -33,8 +33,10 @@ class ConvTranspose(ReferenceOp):
     optional ``B`` (M,).
 
     Output size per axis: ``stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - pad_begin - pad_end``,
-    or ``output_shape`` when given (with ``auto_pad`` SAME_UPPER/SAME_LOWER the pads are derived from it, as
-    ONNX's reference does). float32 stays float32, float64 stays float64 (float16 computes in float32).
+    or ``output_shape`` when given: the pads are then ignored and derived from it, the total
+    ``natural - output_shape`` split evenly with the odd unit at the end for ``auto_pad=SAME_UPPER`` and at
+    the beginning otherwise (ONNX's rule, as onnxruntime applies it). float32 stays float32, float64 stays
+    float64 (float16 computes in float32).
 
     >>> import numpy as np
     >>> x = np.arange(1.0, 3.0).reshape(1, 1, 2)
@@ -109,23 +111,26 @@ class ConvTranspose(ReferenceOp):
                              f"kernel {list(kernel)}; fix the attribute or the weights")
         extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
         natural = [s * (i - 1) + op + e for s, i, op, e in zip(strides, spatial, output_padding, extent)]
-        if self.auto_pad in ("SAME_UPPER", "SAME_LOWER") and self.pads is None:
-            # As onnx.reference: pads derived from the requested (or stride-multiplied) output size.
-            out = list(self.output_shape[-rank:]) if self.output_shape else [i * s for i, s in zip(spatial, strides)]
-            total = [nat - o for nat, o in zip(natural, out)]
-            if self.auto_pad == "SAME_UPPER":
-                begin = [t // 2 for t in total]
-            else:
-                begin = [t - t // 2 for t in total]
+        if self.output_shape:
+            # ONNX: a given output_shape overrides the pads, which are derived from it; the odd unit of the
+            # total goes at the end for SAME_UPPER and at the beginning otherwise (NOTSET, SAME_LOWER).
+            if len(self.output_shape) not in (rank, rank + 2):  # the spatial sizes (or, leniently, N, C too)
+                raise ShapeError(f"ConvTranspose: output_shape must have {rank} values (one per spatial axis), got "
+                                 f"{list(self.output_shape)}")
+            out = list(self.output_shape[-rank:])
+            begin = self._derived_pads_begin(natural, out)
+        elif self.auto_pad in ("SAME_UPPER", "SAME_LOWER") and self.pads is None:
+            # output = input * stride, the pads split as above; where that is more than the unpadded output
+            # (stride > dilated kernel), the total pad is clamped at 0 and the output is the unpadded one, as
+            # onnxruntime and ONNX's shape inference (which executors plan memory with) have it.
+            out = [min(nat, i * s) for nat, i, s in zip(natural, spatial, strides)]
+            begin = self._derived_pads_begin(natural, out)
         else:
             pads = (0,) * (2 * rank) if self.pads is None or self.auto_pad == "VALID" else self.pads
             if len(pads) != 2 * rank:
                 raise ShapeError(f"ConvTranspose: pads must have {2 * rank} values (begins, then ends), got {list(pads)}")
             begin = list(pads[:rank])
-            if self.output_shape:
-                out = list(self.output_shape[-rank:])
-            else:
-                out = [nat - pb - pe for nat, pb, pe in zip(natural, pads[:rank], pads[rank:])]
+            out = [nat - pb - pe for nat, pb, pe in zip(natural, pads[:rank], pads[rank:])]
         if any(p < 0 for p in begin) or any(o <= 0 for o in out):
             raise UnsupportedOperatorError(
                 f"ConvTranspose: the attributes give output size {out} with leading pads {begin}; negative leading "
@@ -135,6 +140,13 @@ class ConvTranspose(ReferenceOp):
                     "dilations": (1, dilations[0]), "pads_begin": (0, begin[0]), "rank": 1}
         return {"in": tuple(spatial), "out": tuple(out), "kernel": tuple(kernel), "strides": tuple(strides),
                 "dilations": tuple(dilations), "pads_begin": tuple(begin), "rank": rank}
+
+    def _derived_pads_begin(self, natural: list[int], out: list[int]) -> list[int]:
+        """The leading pads that turn the unpadded output size ``natural`` into ``out`` (ONNX's formula)."""
+        total = [nat - o for nat, o in zip(natural, out)]
+        if self.auto_pad == "SAME_UPPER":
+            return [t // 2 for t in total]
+        return [t - t // 2 for t in total]
 
     def _prepare(self, inputs):
         if len(inputs) not in (2, 3):

@@ -3,10 +3,10 @@
 Trilu, CumSum, CumProd, TopK, OneHot, Hardmax, LpNormalization, Celu, ThresholdedRelu, HardSwish, Mish,
 EyeLike, ReverseSequence, Compress, GatherND, ScatterElements (and its deprecated alias Scatter), ScatterND.
 
-Trilu, CumSum, LpNormalization, Celu, ThresholdedRelu, HardSwish, Mish, GatherND, ScatterElements and
-ScatterND (reductions 'none' and 'add') have gradients; the others set ``differentiable = False`` (their
-outputs are indices, selections or constants, or the gradient is not simple enough to be worth a reference
-implementation) and their ``backward`` raises.
+Trilu, CumSum, OneHot (for its values), LpNormalization, Celu, ThresholdedRelu, HardSwish, Mish, GatherND,
+ScatterElements and ScatterND (reductions 'none' and 'add') have gradients; the others set
+``differentiable = False`` (their outputs are indices, selections or constants, or the gradient is not simple
+enough to be worth a reference implementation) and their ``backward`` raises.
 
 >>> import numpy as np
 >>> from d5.frameworks.reference.operators import create_operator
@@ -267,6 +267,70 @@ class GatherND(ReferenceOp):
         return grad, None
 
 
+@register("OneHot")
+class OneHot(ReferenceOp):
+    """One-hot encode ``indices`` with ``depth`` classes along a new ``axis``; ``values`` = [off, on].
+
+    The output is linear in ``values`` (each element is the off or the on value), so ``values`` gets a
+    gradient: the sums of the output gradient where the output is off and where it is on. ``indices`` and
+    ``depth`` select, and get none.
+
+    >>> op = OneHot()
+    >>> x = [np.array([0, 2]), np.array(3), np.array([0., 1.])]
+    >>> op.forward(x)
+    array([[1., 0., 0.],
+           [0., 0., 1.]])
+    >>> op.backward([np.arange(6.).reshape(2, 3)], x, None)
+    (None, None, array([10.,  5.]))
+    """
+
+    def __init__(self, axis: int = -1) -> None:
+        super().__init__()
+        self.axis = int(axis)
+
+    def forward(self, inputs):
+        hot, values = self._hot(inputs)
+        return np.where(hot, values[1], values[0]).astype(values.dtype)
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        hot, values = self._hot(fwd_inputs)
+        dy = np.asarray(grads[0])
+        on = dy.sum(where=hot)
+        off = dy.sum(where=~hot)
+        return None, None, np.array([off, on]).astype(values.dtype, copy=False).reshape(values.shape)
+
+    def _hot(self, inputs) -> tuple[np.ndarray, np.ndarray]:
+        """The boolean mask of the output elements that take the on value, and ``values``."""
+        if len(inputs) != 3:
+            raise ShapeError(f"OneHot: expected inputs (indices, depth, values), got {len(inputs)} inputs")
+        indices, depth, values = (np.asarray(x) for x in inputs)
+        depth = _one_hot_depth(depth, values)
+        if indices.dtype.kind not in "iuf":
+            raise ShapeError(f"OneHot: indices (input 0) must be numbers, got dtype {indices.dtype}")
+        indices = indices.astype(np.int64)
+        indices = np.where(indices < 0, indices + depth, indices)  # -depth .. -1 count from the end
+        axis = _axis("OneHot", self.axis, indices.ndim + 1)
+        classes = np.arange(depth).reshape((depth,) + (1,) * (indices.ndim - axis))
+        return np.expand_dims(indices, axis) == classes, values  # an index out of range is all off
+
+
+def _one_hot_depth(depth: np.ndarray, values: np.ndarray) -> int:
+    """OneHot's depth as a positive int, after checking that depth is one number and values two (inputs
+    given in the wrong order, (indices, values, depth), fail here rather than deep in numpy)."""
+    swapped = " (are depth and values swapped? The inputs are (indices, depth, values))" \
+        if depth.size == 2 and values.size == 1 else ""
+    if depth.size != 1 or depth.ndim > 1 or depth.dtype.kind not in "iuf":
+        raise ShapeError(f"OneHot: depth (input 1) must be one number (a scalar or a 1-element tensor), got "
+                         f"{depth.dtype} of shape {depth.shape}{swapped}")
+    if values.size != 2 or values.ndim != 1:
+        raise ShapeError(f"OneHot: values (input 2) must be a 1-D tensor of 2 elements, [off_value, on_value], got "
+                         f"shape {values.shape}{swapped}")
+    count = depth.reshape(-1)[0]
+    if not np.isfinite(count) or int(count) < 1:
+        raise ShapeError(f"OneHot: depth must be at least 1 (the number of classes), got {count}")
+    return int(count)
+
+
 # ---------------------------------------------------------------------------------- non-differentiable ops
 
 @register("TopK")
@@ -302,49 +366,6 @@ class TopK(NonDifferentiableOp):
         order = np.argsort(key, axis=axis, kind="stable")
         indices = np.take(order, np.arange(k), axis=axis).astype(np.int64)
         return np.take_along_axis(x, indices, axis=axis), indices
-
-
-@register("OneHot")
-class OneHot(NonDifferentiableOp):
-    """One-hot encode ``indices`` with ``depth`` classes along a new ``axis``; ``values`` = [off, on].
-
-    >>> OneHot().forward([np.array([0, 2]), np.array(3), np.array([0., 1.])])
-    array([[1., 0., 0.],
-           [0., 0., 1.]])
-    """
-
-    def __init__(self, axis: int = -1) -> None:
-        super().__init__()
-        self.axis = int(axis)
-
-    def forward(self, inputs):
-        indices, depth, values = (np.asarray(x) for x in inputs)
-        depth = _one_hot_depth(depth, values)
-        if indices.dtype.kind not in "iuf":
-            raise ShapeError(f"OneHot: indices (input 0) must be numbers, got dtype {indices.dtype}")
-        indices = indices.astype(np.int64)
-        indices = np.where(indices < 0, indices + depth, indices)
-        axis = _axis("OneHot", self.axis, indices.ndim + 1)
-        classes = np.arange(depth).reshape((depth,) + (1,) * (indices.ndim - axis))
-        hot = np.expand_dims(indices, axis) == classes
-        return np.where(hot, values[1], values[0]).astype(values.dtype)
-
-
-def _one_hot_depth(depth: np.ndarray, values: np.ndarray) -> int:
-    """OneHot's depth as a positive int, after checking that depth is one number and values two (inputs
-    given in the wrong order, (indices, values, depth), fail here rather than deep in numpy)."""
-    swapped = " (are depth and values swapped? The inputs are (indices, depth, values))" \
-        if depth.size == 2 and values.size == 1 else ""
-    if depth.size != 1 or depth.ndim > 1 or depth.dtype.kind not in "iuf":
-        raise ShapeError(f"OneHot: depth (input 1) must be one number (a scalar or a 1-element tensor), got "
-                         f"{depth.dtype} of shape {depth.shape}{swapped}")
-    if values.size != 2 or values.ndim != 1:
-        raise ShapeError(f"OneHot: values (input 2) must be a 1-D tensor of 2 elements, [off_value, on_value], got "
-                         f"shape {values.shape}{swapped}")
-    count = depth.reshape(-1)[0]
-    if not np.isfinite(count) or int(count) < 1:
-        raise ShapeError(f"OneHot: depth must be at least 1 (the number of classes), got {count}")
-    return int(count)
 
 
 @register("Hardmax")
