@@ -29,10 +29,12 @@ from d5.ops.onnx_semantics import AUTO_PAD_MODES, WindowGeometry, window_geometr
 _native: ModuleType | None = None
 
 # How long (in spin iterations) d5._C's idle OpenMP threads busy-wait before sleeping. libgomp's default
-# spins for ~0.3 M iterations after every parallel region; on a 2-core machine those spinning threads
-# starve the BLAS threads of the matmul that follows each kernel (measured: a LeNet-5 training step went
-# from ~20 ms to ~12 ms with a short spin). Applied only when the user set neither variable, and only
-# while d5._C (and with it libgomp, which reads its settings once when loaded) is imported.
+# spins for ~0.3 M iterations after every parallel region, which on a 2-core machine starved the BLAS
+# threads of the matmul that followed each kernel (a LeNet-5 training step: ~20 ms -> ~12 ms with a short
+# spin). Under the thread policy (set_num_threads) no BLAS pool runs during a pass any more; measured again
+# on MobileNet v1 at batch 1, 0 and 10,000 tie and 300,000 is slower, so the short spin stays. Applied only
+# when the user set neither variable, and only while d5._C (and with it libgomp, which reads its settings
+# once when loaded) is imported.
 _DEFAULT_GOMP_SPINCOUNT = "10000"
 
 def load_native() -> ModuleType:

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from d5.errors import GraphError, ShapeError
+from d5.frameworks.reference.operators.checks import scalar_input
 from d5.frameworks.reference.operators.registry import NonDifferentiableOp, register
 from d5.network.graph import Network
 
@@ -82,13 +83,6 @@ class _ControlFlowOp(NonDifferentiableOp):
         return list(inputs[:count]), dict(zip(self.captures, inputs[count:]))
 
 
-def _scalar(op: str, value: Any, what: str, kind: type) -> Any:
-    array = np.asarray(value)
-    if array.size != 1:
-        raise ShapeError(f"{op}: {what} must be a single value, got shape {array.shape}")
-    return kind(array.reshape(()))
-
-
 def _stack_scan_output(op: str, name: str, values: list) -> np.ndarray:
     """The per-iteration values of a scan output stacked along a new first axis; ONNX requires them to
     have one shape (numpy's own error would not say which output or iteration)."""
@@ -118,7 +112,7 @@ class If(_ControlFlowOp):
         own, outer = self._split(inputs)
         if not own or own[0] is None:
             raise ShapeError("If: the condition input is missing")
-        branch = "then_branch" if _scalar("If", own[0], "the condition", bool) else "else_branch"
+        branch = "then_branch" if scalar_input("If", own[0], "the condition", bool) else "else_branch"
         return tuple(self.bodies[branch].run([], outer))
 
 
@@ -136,8 +130,8 @@ class Loop(_ControlFlowOp):
         if carried_count < 0:
             raise GraphError("Loop: the body must take (iteration number, condition, loop-carried values...)")
         own += [None] * (2 + carried_count - len(own))
-        trip = None if own[0] is None else _scalar("Loop", own[0], "the trip count M", int)
-        cond = True if own[1] is None else _scalar("Loop", own[1], "the condition", bool)
+        trip = None if own[0] is None else scalar_input("Loop", own[0], "the trip count M", int)
+        cond = True if own[1] is None else scalar_input("Loop", own[1], "the condition", bool)
         if trip is None and own[1] is None:
             raise ShapeError("Loop: neither a trip count M nor a condition is given, so the loop would never end; "
                              "pass one of them")
@@ -146,7 +140,7 @@ class Loop(_ControlFlowOp):
         iteration = 0
         while cond and (trip is None or iteration < trip):
             results = body.run([np.array(iteration, np.int64), np.array(cond, np.bool_), *carried], outer)
-            cond = _scalar("Loop", results[0], "the body's condition output", bool)
+            cond = scalar_input("Loop", results[0], "the body's condition output", bool)
             carried = results[1:1 + carried_count]
             for values, value in zip(scans, results[1 + carried_count:]):
                 values.append(value)

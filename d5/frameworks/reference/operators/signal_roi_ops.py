@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from d5.errors import ShapeError
+from d5.frameworks.reference.operators.checks import scalar_input
 from d5.frameworks.reference.operators.image_ops import _optional_array, _text
 from d5.frameworks.reference.operators.misc_ops import _axis
 from d5.frameworks.reference.operators.registry import NonDifferentiableOp, ReferenceOp, register
@@ -236,11 +237,7 @@ class DFT(NonDifferentiableOp):
 def _scalar_input(op_name: str, inputs, index: int, name: str) -> int | float | None:
     """Optional scalar (or one-element) input ``index`` as a Python number, None when absent."""
     value = _optional_array(inputs, index)
-    if value is None:
-        return None
-    if value.size != 1:
-        raise ShapeError(f"{op_name}: input {name!r} must be a scalar, got shape {value.shape}")
-    return value.reshape(-1)[0].item()
+    return None if value is None else scalar_input(op_name, value, f"input {name!r}", kind=lambda number: number)
 
 
 @register("STFT")
