@@ -227,15 +227,8 @@ def _gather_nd_index(data_shape: tuple, indices: np.ndarray, batch_dims: int) ->
     if depth > len(data_shape) - batch_dims:
         raise ShapeError(f"GatherND: indices of depth {depth} index more than the {len(data_shape) - batch_dims} "
                          f"non-batch axes of data of shape {data_shape}")
-    idx = indices.astype(np.int64)
     dims = np.asarray(data_shape[batch_dims:batch_dims + depth], dtype=np.int64)
-    bad = (idx < -dims) | (idx >= dims)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        size = int(dims[where[-1]])
-        raise ShapeError(f"GatherND: index {int(idx[where])} (at position {list(where)} of indices) is out of range "
-                         f"for axis {batch_dims + where[-1]} of data of shape {data_shape}; use [{-size}, {size - 1}]")
-    idx = np.where(idx < 0, idx + dims, idx)
+    idx = _checked_indices("GatherND", indices, dims, tuple(range(batch_dims, batch_dims + depth)))
     # Batch coordinates broadcast over the index grid: shape batch + (1,)*(inner index dims).
     inner = idx.ndim - 1 - batch_dims
     batch_index = tuple(np.arange(n).reshape((1,) * i + (n,) + (1,) * (batch_dims - i - 1 + inner))
@@ -475,7 +468,7 @@ def _reduction(op_name: str, reduction: str):
         raise ShapeError(f"{op_name}: unknown reduction {reduction!r}; use one of none, {', '.join(_REDUCTIONS)}") from None
 
 
-def _scatter_indices(op_name: str, indices: Any, sizes: Sequence[int], axes: Sequence[int]) -> np.ndarray:
+def _checked_indices(op_name: str, indices: Any, sizes: Sequence[int], axes: Sequence[int]) -> np.ndarray:
     """``indices`` as int64 with negative values wrapped once; the last axis of ``indices`` runs over ``axes``
     (data axes of sizes ``sizes``) when there are several. Raises ShapeError naming the first bad index."""
     indices = np.asarray(indices)
@@ -588,7 +581,7 @@ class ScatterElements(_Scatter):
             raise ShapeError(f"ScatterElements: indices must have the rank of data ({data.ndim}) and, except on "
                              f"axis {axis}, no larger dimensions; got indices {indices.shape} for data {data.shape}")
         grid = list(np.indices(indices.shape, sparse=True))
-        grid[axis] = _scatter_indices("ScatterElements", indices, data.shape[axis], (axis,))
+        grid[axis] = _checked_indices("ScatterElements", indices, data.shape[axis], (axis,))
         return tuple(grid), indices.shape
 
 
@@ -608,6 +601,6 @@ class ScatterND(_Scatter):
         if indices.ndim < 1 or not 1 <= depth <= data.ndim:
             raise ShapeError(f"ScatterND: indices must have at least one axis, whose last length (here {depth}) is "
                              f"from 1 to data's rank {data.ndim}; got indices {indices.shape} for data {data.shape}")
-        indices = _scatter_indices("ScatterND", indices, data.shape[:depth], tuple(range(depth)))
+        indices = _checked_indices("ScatterND", indices, data.shape[:depth], tuple(range(depth)))
         index = tuple(indices[..., j] for j in range(depth))
         return index, indices.shape[:-1] + data.shape[depth:]
