@@ -2,8 +2,8 @@
 
 Framework-neutral: nothing here imports a deep-learning framework.
 """
-from d5.ops.operator import CustomOp, CustomPythonOp, as_tuple
+from d5.ops.operator import CustomOp, CustomPythonOp, Gradient, as_tuple
 from d5.ops.validation import ForwardCheckResult, GradientCheckResult, test_forward, test_gradient
 
-__all__ = ["CustomOp", "CustomPythonOp", "as_tuple",
+__all__ = ["CustomOp", "CustomPythonOp", "Gradient", "as_tuple",
            "ForwardCheckResult", "GradientCheckResult", "test_forward", "test_gradient"]

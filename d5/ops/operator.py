@@ -21,9 +21,31 @@ array([8.])
 from __future__ import annotations
 
 import abc
+import enum
 from typing import Any, Sequence
 
 import numpy as np
+
+from d5.errors import UnsupportedOperatorError
+
+
+class Gradient(enum.Enum):
+    """What an operator declares about its gradient (:attr:`CustomOp.gradient`); executors read it.
+
+    - ``DEFINED``: ``backward`` computes it (the default).
+    - ``ZERO``: the outputs are locally constant in the inputs (Hardmax, EyeLike), so the gradient is exactly
+      zero: executors stop backpropagation at the operator and never call ``backward``.
+    - ``NONE``: d5 has no gradient for it (TopK, Attention, control flow, string operators): an executor asked
+      to backpropagate through it raises :class:`d5.errors.UnsupportedOperatorError` naming the node and
+      :attr:`CustomOp.no_gradient_reason`, before the backward pass starts. Its outputs are not treated as
+      constants, which would silently give wrong (zero) gradients.
+
+    Integer and boolean outputs (Shape's, ArgMax's) stop backpropagation whatever the operator declares.
+    """
+
+    DEFINED = "defined"
+    ZERO = "zero"
+    NONE = "none"
 
 
 class CustomOp(abc.ABC):
@@ -38,6 +60,12 @@ class CustomOp(abc.ABC):
     An operator instance belongs to one graph node, so ``forward`` may cache what ``backward`` needs
     (an argmax, a mask, im2col columns) on ``self``.
     """
+
+    #: Whether ``backward`` exists (see :class:`Gradient`); executors plan backpropagation by it.
+    gradient: Gradient = Gradient.DEFINED
+
+    #: For ``gradient = Gradient.NONE``: why there is none and what to do instead (shown in the error).
+    no_gradient_reason: str = "stop backpropagation before it (detach its output or feed it as an input)"
 
     #: Set by executors before each pass: True inside ``inference_and_backprop`` (batch statistics,
     #: active dropout), False in ``inference``.
@@ -61,6 +89,8 @@ class CustomOp(abc.ABC):
 
     def backward(self, grads: Sequence[Any], fwd_inputs: Sequence[Any], fwd_outputs: Sequence[Any]) -> Any:
         """Return the gradients with respect to the inputs (``None`` where not differentiable)."""
+        if self.gradient is Gradient.NONE:
+            raise UnsupportedOperatorError(f"{type(self).__name__} has no gradient in d5; {self.no_gradient_reason}")
         raise NotImplementedError(f"{type(self).__name__} does not define backward(); it can only be used for inference")
 
     def state_updates(self) -> dict[int, Any]:
