@@ -167,7 +167,7 @@ def run_conformance(backend=None, kinds: Iterable[str] = KINDS, patterns: Iterab
     from tqdm import tqdm
 
     if backend is None:
-        from d5.frameworks.reference.onnx_backend import ReferenceBackend as backend
+        from d5.frameworks.onnx_backend import ReferenceBackend as backend
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the case generators overflow casts on purpose
         cases = [case for kind in kinds for case in load_model_tests(kind=kind)]

@@ -1,5 +1,5 @@
-"""Framework back-ends. Each package has the same module names (executor, custom_op, optimizers) and is
-imported only when asked for, so `import d5` imports no framework.
+"""Framework back-ends. Each package keeps the contract of :mod:`d5.frameworks.base` (the same module names,
+public names and executor duties) and is imported only when asked for, so `import d5` imports no framework.
 
 >>> import d5.frameworks
 >>> d5.frameworks.available()[0]

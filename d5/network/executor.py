@@ -1,9 +1,11 @@
-"""L1: the GraphExecutor interface every framework implements.
+"""L1: the GraphExecutor interface every framework implements, and the live state it keeps.
 
 An executor runs a :class:`d5.Network` on one framework and device. ``inference`` computes the graph
 outputs; ``inference_and_backprop`` does so in training mode (batch statistics, active dropout) and
-leaves the gradient of ``y`` with respect to every trainable parameter in ``executor.network``, where
-``network.gradient(y)`` names them and ``network.fetch_tensors`` reads them.
+leaves the gradient of ``y`` with respect to every trainable parameter in ``executor.network``: a
+:class:`LiveNetwork`, the framework's parameters and the tensors of the last pass, kept in the framework's
+own tensors. ``network.gradient(y)`` names the gradients and ``network.fetch_tensors`` reads them; the
+graph (:class:`d5.Network`) stays a framework-neutral description, ``executor.graph``.
 
 >>> import numpy as np, d5
 >>> from d5.frameworks import reference
@@ -18,6 +20,8 @@ leaves the gradient of ``y`` with respect to every trainable parameter in ``exec
 >>> batch = {"x": np.ones((3, 2), np.float32), "t": np.zeros((3, 1), np.float32)}
 >>> float(ex.inference_and_backprop(batch, y="loss")["loss"])
 9.0
+>>> ex.network.gradient("loss")
+[('w', 'w_grad')]
 >>> ex.network.fetch_tensors(["w_grad"])[0]
 array([[6., 6.]], dtype=float32)
 """
@@ -25,21 +29,130 @@ from __future__ import annotations
 
 import abc
 import collections.abc
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from d5.errors import GraphError, ShapeError
-from d5.network.graph import Network, TensorInfo
+from d5.network.graph import Network, Node, TensorInfo
+
+
+class LiveNetwork(abc.ABC):
+    """``executor.network``: the live state of one executor, over the framework's own tensors.
+
+    Training and distributed code (optimizers, the seeds' ``ConsistentNeighbors``) use four methods:
+
+    - :meth:`get_params` -- names of the trainable parameters;
+    - :meth:`gradient` -- ``[(param_name, gradient_name)]`` pairs for a loss ``y``;
+    - :meth:`fetch_tensors` -- current values as NumPy arrays;
+    - :meth:`feed_tensor` -- write a parameter (or a new tensor).
+
+    What ``fetch_tensors`` returns and ``feed_tensor`` accepts, per framework:
+
+    ============  ==========================================================  =================================
+    framework     ``fetch_tensors`` returns                                   ``feed_tensor`` accepts
+    ============  ==========================================================  =================================
+    reference     the live NumPy arrays themselves (no copy; do not write      NumPy arrays or anything
+                  into them: feed a new array instead)                        ``np.asarray`` takes; stored
+                                                                              without a copy when the dtype
+                                                                              already matches
+    pytorch       zero-copy NumPy views of CPU tensors; host copies of GPU    NumPy arrays or torch tensors
+                  tensors
+    ============  ==========================================================  =================================
+
+    A framework that can update parameters without leaving its own tensors does so in its native
+    optimizers; the NumPy route here is what framework-neutral update rules use.
+
+    The graph's read-only description is available here too (``inputs``, ``outputs``, ``nodes``, ``opset``,
+    ``name``, ``params``), so code written against a :class:`d5.Network` reads an executor's network alike;
+    :attr:`graph` is the description itself, and :meth:`to_network` a copy with the current parameter values.
+    """
+
+    def __init__(self, graph: Network) -> None:
+        #: The framework-neutral description this state belongs to (parameters there are initial values).
+        self.graph = graph
+
+    # ------------------------------------------------------------------ the protocol
+    def get_params(self) -> list[str]:
+        """Names of the trainable parameters, in the graph's order."""
+        return self.graph.get_params()
+
+    def gradient(self, y: str = "loss") -> list[tuple[str, str]]:
+        """``[(param_name, gradient_name)]`` for every trainable parameter; after
+        ``executor.inference_and_backprop(inputs, y)`` each gradient can be fetched by its name."""
+        return self.graph.gradient(y)
+
+    @abc.abstractmethod
+    def fetch_tensors(self, names: Iterable[str]) -> list[np.ndarray]:
+        """Current values of parameters, gradients or other tensors of the last pass, as NumPy arrays (see the
+        class docstring for copies). One name (a str) counts as one name. Unknown names raise GraphError."""
+
+    @abc.abstractmethod
+    def feed_tensor(self, name: str, value: Any, is_param: bool = False) -> None:
+        """Write ``value`` into tensor ``name``. A parameter keeps its shape and dtype (ShapeError otherwise;
+        values are cast to its dtype); ``is_param=True`` with a new name adds a trainable parameter, and a
+        new name otherwise sets a tensor later fetches read."""
+
+    # ------------------------------------------------------------------ conveniences
+    def fetch_tensor(self, name: str) -> np.ndarray:
+        return self.fetch_tensors([name])[0]
+
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        """Current values of all parameters (trainable or not), by name, as :meth:`fetch_tensors` returns them."""
+        names = list(self.graph.params)
+        return dict(zip(names, self.fetch_tensors(names)))
+
+    def to_network(self) -> Network:
+        """A copy of the graph holding the current parameter values (to export, checkpoint or rebuild)."""
+        network = self.graph.copy()
+        for name, value in self.params.items():
+            network.feed_tensor(name, value)
+        return network
+
+    def to_onnx(self):
+        """The graph with the current parameter values as an ``onnx.ModelProto``."""
+        return self.to_network().to_onnx()
+
+    # The graph's description, read-only, so code reads an executor's network like a d5.Network.
+    @property
+    def inputs(self) -> dict[str, TensorInfo]:
+        return self.graph.inputs
+
+    @property
+    def outputs(self) -> list[str]:
+        return self.graph.outputs
+
+    @property
+    def nodes(self) -> list[Node]:
+        return self.graph.nodes
+
+    @property
+    def opset(self) -> int:
+        return self.graph.opset
+
+    @property
+    def name(self) -> str:
+        return self.graph.name
+
+    def is_trainable(self, name: str) -> bool:
+        return self.graph.is_trainable(name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.graph!r})"
 
 
 class GraphExecutor(abc.ABC):
-    """Runs a network on one framework. Subclasses implement ``inference`` and ``inference_and_backprop``."""
+    """Runs a network on one framework. Frameworks derive from :class:`d5.frameworks.base.FrameworkExecutor`,
+    which spells out their duties; this is the interface training code sees."""
 
-    #: The live network: parameters and the tensors of the last pass.
-    network: Network
+    #: The framework-neutral graph the executor runs (its own copy).
+    graph: Network
+    #: The live state: parameters and the tensors of the last pass (see :class:`LiveNetwork`).
+    network: LiveNetwork
 
-    def __init__(self, network: Network, device: Any = None) -> None:
+    def __init__(self, graph: Network, network: LiveNetwork, device: Any = None) -> None:
+        self.graph = graph
         self.network = network
         self.device = device
 

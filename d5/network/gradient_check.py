@@ -9,11 +9,15 @@ uses batch statistics), with the non-trainable parameters (running statistics) r
 The verdict reuses :class:`d5.ops.validation.GradientCheckResult`; its per-input entries are the
 parameters, in ``network.get_params()`` order, and ``failed_params`` names the wrong ones.
 
+Like every neutral level, it imports no framework: the caller passes the framework's ``from_model``.
+
 >>> import numpy as np, d5
+>>> from d5.frameworks import reference
 >>> from d5.network.gradient_check import check_network_gradient
 >>> net = d5.models.mlp((4,), hidden=(3,), num_classes=2)
 >>> rng = np.random.default_rng(0)
->>> result = check_network_gradient(net, {"input": rng.normal(size=(5, 4)), "label": np.array([0, 1, 1, 0, 1])})
+>>> batch = {"input": rng.normal(size=(5, 4)), "label": np.array([0, 1, 1, 0, 1])}
+>>> result = check_network_gradient(net, batch, from_model=reference.from_model)
 >>> result.passed, result.failed_params
 (True, [])
 """
@@ -51,17 +55,17 @@ class NetworkGradientCheckResult(GradientCheckResult):
 
 def check_network_gradient(network: Network, inputs: Mapping[str, Any], y: str = "loss", *, eps: float = 1e-6,
                            seed: int = 0, rtol: float = 1e-4, atol: float = 1e-6, projections: int = 2,
-                           from_model: Callable[[Network], Any] | None = None) -> NetworkGradientCheckResult:
+                           from_model: Callable[[Network], Any]) -> NetworkGradientCheckResult:
     """Check the gradients of ``sum(y)`` with respect to every trainable parameter of ``network`` (see the
-    module docstring). ``from_model`` builds the executor (default: the reference framework's). Randomized
+    module docstring). ``from_model`` builds the executor: a framework's ``from_model``. Randomized
     operators must be deterministic here (Dropout ratio 0), and inputs should keep ReLU/max-pool arguments
     away from their kinks by more than ``eps``. ``network`` itself is not modified.
     """
     if not eps > 0 or projections < 1:
         raise D5Error(f"check_network_gradient: need eps > 0 and projections >= 1, got eps={eps}, projections={projections}")
-    if from_model is None:
-        # The reference framework is NumPy only and the oracle of the others; imported here, on use.
-        from d5.frameworks.reference import from_model
+    if not callable(from_model):
+        raise D5Error(f"check_network_gradient: from_model must build an executor (e.g. "
+                      f"d5.frameworks.reference.from_model), got {type(from_model).__name__}")
     net64 = _as_float64(network)
     names = net64.get_params()
     if not names:

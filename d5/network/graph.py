@@ -1,9 +1,9 @@
 """L1: the framework-neutral, ONNX-compatible network graph.
 
 A :class:`Network` holds named graph inputs (with symbolic dimensions such as a batch ``'N'``),
-parameters (initializers), operator nodes and graph outputs. Executors keep their live state in a
-network too: ``fetch_tensors`` / ``feed_tensor`` read and write parameters and the tensors a pass
-produced (gradients among them).
+parameters (initializers), operator nodes and graph outputs. It is a description: an executor copies it
+and keeps the live state (current parameters, gradients) in the framework's tensors, ``executor.network``
+(:class:`d5.network.executor.LiveNetwork`).
 
 >>> import numpy as np, d5
 >>> net = d5.Network("affine")
@@ -107,7 +107,6 @@ class Network:
         self._trainable: dict[str, bool] = {}
         self._nodes: dict[str, Node] = {}
         self._outputs: list[str] = []
-        self._tensors: dict[str, np.ndarray] = {}  # live non-parameter tensors (gradients, activations)
         self._order: list[Node] | None = None  # cached topological order, reset by every edit
         #: True for a control-flow body (the graph attribute of If, Loop, Scan): it may read tensors of the
         #: enclosing graphs by name (its :attr:`captures`), which the enclosing graph's validation checks.
@@ -133,15 +132,15 @@ class Network:
 
     @property
     def params(self) -> dict[str, np.ndarray]:
-        """All parameters (trainable or not), by name. The arrays are the live ones."""
+        """All parameters (trainable or not), by name: their initial values (an executor has the current ones)."""
         return dict(self._params)
 
     def node(self, name: str) -> Node:
-        _require_name(name, "node name")
+        require_name(name, "node name")
         try:
             return self._nodes[name]
         except KeyError:
-            raise GraphError(f"no node named {name!r}{_suggest(name, self._nodes)}") from None
+            raise GraphError(f"no node named {name!r}{suggest(name, self._nodes)}") from None
 
     def get_params(self) -> list[str]:
         """Names of the trainable parameters, in insertion order."""
@@ -153,9 +152,9 @@ class Network:
     def gradient(self, y: str = "loss") -> list[tuple[str, str]]:
         """``[(param_name, gradient_tensor_name)]`` for every trainable parameter, as the seeds' optimizers
         expect. After ``executor.inference_and_backprop(inputs, y)`` the gradient tensors can be fetched."""
-        _require_name(y, "the tensor to differentiate (y)")
+        require_name(y, "the tensor to differentiate (y)")
         if y not in self._inputs and y not in self._params and self._producer_of(y) is None:
-            raise GraphError(f"cannot differentiate {y!r}: no tensor of that name{_suggest(y, self.tensor_names())}")
+            raise GraphError(f"cannot differentiate {y!r}: no tensor of that name{suggest(y, self.tensor_names())}")
         return [(p, gradient_name(p)) for p in self.get_params()]
 
     @property
@@ -301,24 +300,23 @@ class Network:
                         for k, n in self._nodes.items()}
         clone.declared_types = dict(self.declared_types)
         clone._outputs = list(self._outputs)
-        clone._tensors = {}
         clone._order = None
         return clone
 
-    # ------------------------------------------------------------------ live state
+    # ------------------------------------------------------------------ parameter values
     def fetch_tensors(self, names: Iterable[str]) -> list[np.ndarray]:
-        """The current values of parameters or of tensors the last pass produced (e.g. gradients)."""
+        """The values of parameters (the graph's initializers). An executor's live state,
+        ``executor.network`` (:class:`d5.network.executor.LiveNetwork`), has the same method over the
+        framework's current values, gradients and the other tensors of its last pass."""
         if isinstance(names, str):  # one name, not its characters
             names = [names]
         out = []
         for name in names:
-            _require_name(name, "tensor name")
+            require_name(name, "tensor name")
             value = self._params.get(name)
             if value is None:
-                value = self._tensors.get(name)
-                if value is None:
-                    raise GraphError(f"no value for tensor {name!r}: it is neither a parameter nor produced by the last "
-                                     f"pass{_suggest(name, list(self._params) + list(self._tensors))}")
+                raise GraphError(f"no parameter {name!r} in this graph{suggest(name, self._params)}; gradients and "
+                                 "the tensors of a pass live in an executor: executor.network.fetch_tensors")
             out.append(value)
         return out
 
@@ -326,9 +324,9 @@ class Network:
         return self.fetch_tensors([name])[0]
 
     def feed_tensor(self, name: str, value: Any, is_param: bool = False) -> None:
-        """Set a tensor. Writing an existing parameter keeps its shape (ShapeError otherwise); ``is_param=True``
-        with a new name adds a trainable parameter."""
-        _require_name(name, "tensor name")
+        """Set a parameter's value. Writing an existing parameter keeps its shape and dtype (ShapeError
+        otherwise); ``is_param=True`` with a new name adds a trainable parameter (as :meth:`add_param`)."""
+        require_name(name, "tensor name")
         current = self._params.get(name)
         if current is not None:
             value = np.asarray(value, dtype=current.dtype)
@@ -338,11 +336,8 @@ class Network:
         elif is_param:
             self.add_param(name, value)
         else:
-            self._tensors[name] = value
-
-    def set_live_tensors(self, tensors: dict[str, np.ndarray]) -> None:
-        """Replace the non-parameter tensors of the last pass (used by executors)."""
-        self._tensors = tensors
+            raise GraphError(f"no parameter {name!r} in this graph{suggest(name, self._params)}; pass is_param=True to "
+                             "add one (a d5.Network holds parameters; an executor's network holds a pass's tensors)")
 
     # ------------------------------------------------------------------ ONNX
     @classmethod
@@ -430,7 +425,7 @@ class Network:
                 if tensor not in available and tensor not in producer:
                     what = "reads" if tensor in node.inputs else "has a subgraph that reads"
                     raise GraphError(f"node {node.name!r} ({node.op_type}) {what} {tensor!r}, which is no graph input, "
-                                     f"parameter or node output (a dangling input){_suggest(tensor, self.tensor_names())}")
+                                     f"parameter or node output (a dangling input){suggest(tensor, self.tensor_names())}")
             for key, body in subgraphs(node):
                 try:
                     body.topological_order()
@@ -438,7 +433,7 @@ class Network:
                     raise GraphError(f"node {node.name!r} ({node.op_type}), subgraph {key!r}: {err}") from None
         for out in self._outputs:
             if out not in available and out not in producer:
-                raise GraphError(f"graph output {out!r} is not produced by any node{_suggest(out, self.tensor_names())}")
+                raise GraphError(f"graph output {out!r} is not produced by any node{suggest(out, self.tensor_names())}")
         # Kahn's algorithm, keeping insertion order among ready nodes so the order is deterministic.
         pending = {n.name: sum(1 for t in set(reads[n.name]) if t in producer) for n in self._nodes.values()}
         consumers: dict[str, list[Node]] = {}
@@ -485,7 +480,7 @@ def node_captures(node: Node) -> list[str]:
 
 
 def _copy_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
-    # Subgraphs are copied with Network.copy (its own rules: fresh live state, no cached order).
+    # Subgraphs are copied with Network.copy (its own rules: no cached order).
     return {key: value.copy() if isinstance(value, Network) else copy.deepcopy(value) for key, value in attrs.items()}
 
 
@@ -552,13 +547,13 @@ def _as_dtype(dtype: Any, name: str) -> np.dtype:
         raise ShapeError(f"input {name!r}: {dtype!r} is not a dtype; use e.g. 'float32' or 'int64'") from None
 
 
-def _require_name(name: Any, what: str) -> None:
+def require_name(name: Any, what: str) -> None:
     """Refuse a non-str where a tensor or node name is expected (a d5 error, not a TypeError from a lookup)."""
     if not isinstance(name, str):
         raise GraphError(f"{what} must be a str, got {type(name).__name__} {name!r}")
 
 
-def _suggest(name: str, candidates: Iterable[str]) -> str:
+def suggest(name: str, candidates: Iterable[str]) -> str:
     if not isinstance(name, str):
         return ""
     close = difflib.get_close_matches(name, list(candidates), n=3)

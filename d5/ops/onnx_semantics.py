@@ -1,5 +1,14 @@
-"""Framework-neutral ONNX semantics: sliding-window geometry (``auto_pad``, ``pads``, ``ceil_mode``) and
-the validation of window attributes, shared by every framework's Conv, ConvTranspose and pooling operators.
+"""Framework-neutral ONNX semantics that every framework's operators share. They read shapes and attribute
+values only, never tensor values, so a NumPy, PyTorch or TensorFlow operator calls them alike:
+
+- sliding windows: :func:`check_window_attributes`, :func:`window_geometry` (``auto_pad``, ``pads``,
+  ``ceil_mode``) for Conv, ConvTranspose and pooling;
+- axes: :func:`normalize_axis`, :func:`normalize_axes`;
+- optional inputs: :func:`optional_input`;
+- broadcasting: :func:`broadcast_shape`, :func:`not_broadcastable`, :func:`unbroadcast_axes`;
+- attributes: :func:`int_tuple`, :func:`as_text`.
+
+Errors are :class:`d5.errors.ShapeError` naming the operator.
 
 Checking happens here, in Python, before any kernel is entered: a crafted model with ``strides=[2**32]`` or
 ``pads=[2**32 - 1, ...]`` is a legal ONNX file, and a C++ kernel given such numbers computes buffer sizes that
@@ -17,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 from d5.errors import ShapeError
 
@@ -118,7 +127,7 @@ def window_geometry(spatial: Sequence[int], kernel: Sequence[int], *, strides: S
     the half nearer zero comes first under SAME_UPPER (truncating division, as onnxruntime), and SAME_LOWER
     is SAME_UPPER mirrored, so -1 splits as (0, -1) under SAME_UPPER and (-1, 0) under SAME_LOWER, -2 as
     (-1, -1) under both. Measured against onnxruntime 1.31 and
-    onnx.reference 1.23 on 1-D to 3-D grids (``tests/frameworks/reference/test_same_padding.py``):
+    onnx.reference 1.23 on 1-D to 3-D grids (the reference framework's same-padding tests):
 
     * pooling (MaxPool, AveragePool, LpPool) keeps negative pads, as both of them do where they answer:
       onnxruntime's AveragePool/LpPool (and MaxPool with dilations; without them it refuses negative pads)
@@ -204,5 +213,116 @@ def window_geometry(spatial: Sequence[int], kernel: Sequence[int], *, strides: S
     return WindowGeometry(tuple(out), tuple(begin), tuple(end))
 
 
-__all__ = ["AUTO_PAD_MODES", "MAX_WINDOW_EXTENT", "MAX_WINDOW_POSITIONS", "WindowGeometry",
-           "check_window_attributes", "window_geometry"]
+# ------------------------------------------------------------------------------------------------------ axes
+
+def normalize_axis(op_name: str, axis: int, rank: int) -> int:
+    """``axis`` in ``[-rank, rank)`` as a non-negative index, or a ShapeError naming the operator.
+
+    >>> normalize_axis("Softmax", -1, 3)
+    2
+    >>> normalize_axis("Softmax", 3, 3)
+    Traceback (most recent call last):
+      ...
+    d5.errors.ShapeError: Softmax: axis 3 is out of range for a 3-D tensor; use an axis in [-3, 3)
+    """
+    axis, rank = int(axis), int(rank)
+    if not -rank <= axis < rank:
+        raise ShapeError(f"{op_name}: axis {axis} is out of range for a {rank}-D tensor; use an axis in "
+                         f"[{-rank}, {rank})")
+    return axis % rank
+
+
+def normalize_axes(op_name: str, axes: Sequence[int], rank: int) -> list[int]:
+    """``axes`` (each in ``[-rank, rank)``, none named twice) as non-negative indices, in the given order.
+
+    >>> normalize_axes("Squeeze", [-1, 0], 3)
+    [2, 0]
+    >>> normalize_axes("Squeeze", [0, -3], 3)
+    Traceback (most recent call last):
+      ...
+    d5.errors.ShapeError: Squeeze: axes [0, -3] name the same axis twice
+    """
+    result = [normalize_axis(op_name, axis, rank) for axis in axes]
+    if len(set(result)) != len(result):
+        raise ShapeError(f"{op_name}: axes {[int(a) for a in axes]} name the same axis twice")
+    return result
+
+
+# ------------------------------------------------------------------------------------------ optional inputs
+
+def optional_input(inputs: Sequence[Any], index: int) -> Any:
+    """Input ``index`` of a node, or None where the node leaves it out (too few inputs, or an empty name,
+    which executors pass as None).
+
+    >>> optional_input(["x", None], 1), optional_input(["x"], 2), optional_input(["x", "k"], 1)
+    (None, None, 'k')
+    """
+    return inputs[index] if len(inputs) > index else None
+
+
+# ------------------------------------------------------------------------------------------- broadcasting
+
+def not_broadcastable(op_name: str, *shapes: Sequence[int]) -> ShapeError:
+    """The ShapeError for input shapes that do not broadcast together (ONNX multidirectional broadcasting)."""
+    listed = ", ".join(str(tuple(shape)) for shape in shapes)
+    return ShapeError(f"{op_name}: input shapes {listed} are not broadcastable (numpy rules: trailing dimensions "
+                      "must be equal or 1); reshape or unsqueeze an input")
+
+
+def broadcast_shape(op_name: str, *shapes: Sequence[int]) -> tuple[int, ...]:
+    """The shape ONNX multidirectional (numpy) broadcasting gives ``shapes``, or a ShapeError.
+
+    >>> broadcast_shape("Add", (2, 1, 3), (4, 1))
+    (2, 4, 3)
+    >>> broadcast_shape("Add", (2, 3), (4,))
+    Traceback (most recent call last):
+      ...
+    d5.errors.ShapeError: Add: input shapes (2, 3), (4,) are not broadcastable (numpy rules: trailing dimensions must be equal or 1); reshape or unsqueeze an input
+    """
+    rank = max((len(shape) for shape in shapes), default=0)
+    result = [1] * rank
+    for shape in shapes:
+        for i, size in enumerate(shape, start=rank - len(shape)):
+            size = int(size)
+            if size != 1 and result[i] not in (1, size):
+                raise not_broadcastable(op_name, *shapes)
+            if size != 1:
+                result[i] = size
+    return tuple(result)
+
+
+def unbroadcast_axes(grad_shape: Sequence[int], target_shape: Sequence[int]) -> tuple[int, ...]:
+    """The axes of a gradient shaped like a broadcast result (``grad_shape``) to sum so that it reshapes to an
+    input of ``target_shape``: the leading axes broadcasting prepended and the axes it stretched from 1.
+
+    >>> unbroadcast_axes((4, 2, 3), (2, 1))
+    (0, 2)
+    """
+    leading = len(grad_shape) - len(target_shape)
+    return tuple(range(leading)) + tuple(leading + i for i, size in enumerate(target_shape)
+                                         if size == 1 and grad_shape[leading + i] != 1)
+
+
+# ------------------------------------------------------------------------------------------------ attributes
+
+def int_tuple(values: Any) -> tuple[int, ...] | None:
+    """An ``ints`` attribute as a tuple of Python ints; None (absent) stays None.
+
+    >>> int_tuple([1, 2]), int_tuple(None)
+    ((1, 2), None)
+    """
+    return None if values is None else tuple(int(v) for v in values)
+
+
+def as_text(value: Any) -> str:
+    """A ``string`` attribute as ``str`` (ONNX gives bytes; Python callers give str).
+
+    >>> as_text(b"SAME_UPPER"), as_text("linear")
+    ('SAME_UPPER', 'linear')
+    """
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+__all__ = ["AUTO_PAD_MODES", "MAX_WINDOW_EXTENT", "MAX_WINDOW_POSITIONS", "WindowGeometry", "as_text",
+           "broadcast_shape", "check_window_attributes", "int_tuple", "normalize_axes", "normalize_axis",
+           "not_broadcastable", "optional_input", "unbroadcast_axes", "window_geometry"]

@@ -230,10 +230,11 @@ def test_forward(op: CustomOp, inputs: Sequence[np.ndarray], reference: Referenc
     differing shapes or output counts fail. ``op.training`` is set to ``training`` first.
 
     >>> import numpy as np
-    >>> from d5.frameworks.reference.operators import create_operator
-    >>> relu = create_operator("Relu", {})
-    >>> x = np.array([-1.0, 0.5])
-    >>> bool(test_forward(relu, [x], lambda inputs: np.maximum(inputs[0], 0)))
+    >>> from d5.ops import CustomPythonOp
+    >>> class Relu(CustomPythonOp):
+    ...     def forward(self, inputs):
+    ...         return np.maximum(inputs[0], 0)
+    >>> bool(test_forward(Relu(), [np.array([-1.0, 0.5])], [np.array([0.0, 0.5])]))
     True
     """
     _check_op(op, need_backward=False)
@@ -289,9 +290,14 @@ def test_gradient(op: CustomOp, inputs: Sequence[np.ndarray], *, eps: float = 1e
     forward so that randomized operators repeat their random numbers.
 
     >>> import numpy as np
-    >>> from d5.frameworks.reference.operators import create_operator
+    >>> from d5.ops import CustomPythonOp
+    >>> class Square(CustomPythonOp):
+    ...     def forward(self, inputs):
+    ...         return inputs[0] ** 2
+    ...     def backward(self, grads, fwd_inputs, fwd_outputs):
+    ...         return 2 * fwd_inputs[0] * grads[0]
     >>> x = np.random.default_rng(0).standard_normal((3, 4))
-    >>> result = test_gradient(create_operator("Softmax", {"axis": 1}), [x])
+    >>> result = test_gradient(Square(), [x])
     >>> result.passed, result.failed_inputs
     (True, [])
     """

@@ -297,7 +297,7 @@ def test_whole_network_gradients_match_finite_differences(name, net, inputs):
     missing = missing_reference_ops(net)
     if missing:
         pytest.skip(f"the reference framework lacks {missing} (being added); nothing to differentiate yet")
-    result = check_network_gradient(net, inputs)
+    result = check_network_gradient(net, inputs, from_model=reference.from_model)
     assert result.passed, result.summary()
     assert len(result.param_names) == len(net.get_params())
 
@@ -322,7 +322,8 @@ def test_gradient_check_names_the_parameters_behind_a_wrong_gradient():
     net.add_node("Gemm", ["h3", "W2"], ["y"], transB=1)
     net.add_node("MeanSquaredError", ["y", "t"], ["loss"])
     net.add_output("loss")
-    result = check_network_gradient(net, {"x": rng.normal(size=(5, 4)), "t": rng.normal(size=(5, 2))})
+    result = check_network_gradient(net, {"x": rng.normal(size=(5, 4)), "t": rng.normal(size=(5, 2))},
+                                    from_model=reference.from_model)
     assert not result.passed
     assert result.failed_params == ["W1"]  # W2 is downstream of the broken operator, so its gradient is right
     assert "W1" in result.summary()

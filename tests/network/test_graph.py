@@ -79,7 +79,7 @@ def test_remove_and_replace_node():
     assert net.node("act2").inputs == ["x"]
 
 
-def test_params_gradient_names_and_live_state():
+def test_params_gradient_names_and_parameter_values():
     net = small_network()
     net.add_param("running", np.zeros(3), trainable=False)
     assert net.get_params() == ["W", "b"]
@@ -90,8 +90,10 @@ def test_params_gradient_names_and_live_state():
     assert net.fetch_tensors(["W"])[0].dtype == np.float32 and net.fetch_tensors(["W"])[0][0, 0] == 2.0
     with pytest.raises(ShapeError, match="'W'.*\\(3, 4\\)"):
         net.feed_tensor("W", np.zeros((4, 3)))
-    with pytest.raises(GraphError, match="no value"):
+    with pytest.raises(GraphError, match="no parameter 'W_grad'.*executor.network"):  # gradients live in executors
         net.fetch_tensors(["W_grad"])
+    with pytest.raises(GraphError, match="is_param=True"):
+        net.feed_tensor("act_out", np.zeros(3))
 
 
 def test_copy_is_independent():

@@ -9,6 +9,7 @@ import d5
 from d5.errors import D5Error, OnnxImportError, ShapeError, UnsupportedOperatorError
 from d5.frameworks import reference
 from d5.network.executor import check_inputs
+from d5.ops import Gradient
 
 OPSET = 18
 
@@ -212,7 +213,7 @@ def test_sequence_operators_have_no_gradient():
     op = create_operator("SequenceAt", {})
     with pytest.raises(UnsupportedOperatorError, match="no gradient"):
         op.backward([np.ones(2)], [[np.ones(2)], np.array(0)], [np.ones(2)])
-    assert op.differentiable is False
+    assert op.gradient is Gradient.NONE
 
 
 @pytest.mark.parametrize("op_type, attrs, inputs, message", [
@@ -248,7 +249,7 @@ def test_insert_and_erase_positions_follow_onnx():
 
 
 def test_backend_run_node_types_lists_and_none():
-    from d5.frameworks.reference.onnx_backend import ReferenceBackend
+    from d5.frameworks.onnx_backend import ReferenceBackend
 
     (length,) = ReferenceBackend.run_node(helper.make_node("SequenceLength", ["s"], ["n"]),
                                           [[np.ones(2, np.float32), np.zeros(3, np.float32)]])

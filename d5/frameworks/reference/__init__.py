@@ -9,22 +9,116 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import os
+from typing import Any, Callable, Mapping
 
+import numpy as np
+
+from d5.errors import GraphError
+from d5.frameworks.base import Capabilities
 from d5.frameworks.reference.custom_op import custom_op
 from d5.frameworks.reference.executor import ReferenceGraphExecutor
 from d5.frameworks.reference.kernels import num_threads, set_num_threads
 from d5.network.graph import Network
+from d5.ops.operator import CustomOp, CustomPythonOp, Gradient
 
 NAME = "reference"
 
+CAPABILITIES = Capabilities(gpu=False, native_operators=True, fallback=True, trainable=True,
+                            custom_ops=("python",), zero_copy_fetch=True)
+
+#: Loss operators ``from_native`` accepts by name, with the dtype of the labels they take (None: the output's).
+NATIVE_LOSSES = {"SoftmaxCrossEntropyLoss": "int64", "NegativeLogLikelihoodLoss": "int64", "MeanSquaredError": None}
+
 
 def from_model(network: Network, device: Any = None, fallback: bool = False) -> ReferenceGraphExecutor:
-    """An executor running ``network`` (copied; ``executor.network`` is the live copy) on the reference framework.
+    """An executor running ``network`` (copied: ``executor.graph``; ``executor.network`` is the live state) on
+    the reference framework.
 
     ``fallback=True`` runs operators d5 does not implement on onnx.reference (inference only, with a warning
     naming them); otherwise they raise UnsupportedOperatorError."""
     return ReferenceGraphExecutor(network, device=device, fallback=fallback)
+
+
+def from_onnx(source: str | os.PathLike | bytes | Any, device: Any = None, fallback: bool = False,
+              external_data_dir: str | os.PathLike | None = None) -> ReferenceGraphExecutor:
+    """An executor for an ONNX model (a path, the file's bytes or an ``onnx.ModelProto``): ``d5.load_onnx``
+    then :func:`from_model`.
+
+    >>> import d5
+    >>> from d5.frameworks import reference
+    >>> reference.from_onnx(d5.models.lenet5().to_onnx()).graph.outputs
+    ['output', 'loss']
+    """
+    from d5.network.onnx_import import load_onnx
+
+    return from_model(load_onnx(source, external_data_dir), device=device, fallback=fallback)
+
+
+def from_native(model: CustomOp | Callable[..., np.ndarray], loss: str | CustomOp | None = None, *,
+                params: Mapping[str, np.ndarray] | None = None, input_dtype: Any = "float32",
+                device: Any = None) -> ReferenceGraphExecutor:
+    """An executor for a model written natively for this framework: NumPy code.
+
+    ``model`` is a :class:`d5.ops.CustomOp` (trainable: its ``backward`` gives the gradients) or a plain
+    callable (inference only); it is called with the input array followed by the ``params`` arrays in their
+    order, which become the network's trainable parameters. The graph reads input ``'input'`` and writes
+    ``'output'``; with a ``loss`` -- a loss operator's name (:data:`NATIVE_LOSSES`) or a CustomOp taking
+    ``[output, label]`` -- it also reads ``'label'`` and writes ``'loss'``.
+
+    >>> import numpy as np
+    >>> from d5.frameworks import reference
+    >>> from d5.ops import CustomPythonOp
+    >>> class Affine(CustomPythonOp):
+    ...     def forward(self, inputs):
+    ...         x, w = inputs
+    ...         return x @ w
+    ...     def backward(self, grads, fwd_inputs, fwd_outputs):
+    ...         x, w = fwd_inputs
+    ...         return grads[0] @ w.T, x.T @ grads[0]
+    >>> ex = reference.from_native(Affine(), "MeanSquaredError", params={"w": np.ones((2, 1), np.float32)})
+    >>> batch = {"input": np.ones((4, 2), np.float32), "label": np.zeros((4, 1), np.float32)}
+    >>> float(ex.inference_and_backprop(batch)["loss"]), ex.network.fetch_tensor("w_grad").ravel().tolist()
+    (4.0, [4.0, 4.0])
+    """
+    op = model if isinstance(model, CustomOp) else _callable_op(model)
+    network = Network(f"native_{type(model).__name__}")
+    network.add_input("input", None, input_dtype)
+    for name, value in (params or {}).items():
+        network.add_param(name, value)
+    network.add_custom_node(op, ["input", *(params or {})], ["output"], name="model")
+    network.add_output("output")
+    if loss is not None:
+        if isinstance(loss, str):
+            if loss not in NATIVE_LOSSES:
+                raise GraphError(f"from_native: unknown loss {loss!r}; name one of {sorted(NATIVE_LOSSES)} or pass a "
+                                 "d5.ops.CustomOp taking [output, label]")
+            network.add_input("label", None, NATIVE_LOSSES[loss] or input_dtype)
+            network.add_node(loss, ["output", "label"], ["loss"], name="loss")
+        elif isinstance(loss, CustomOp):
+            network.add_input("label", None, input_dtype)
+            network.add_custom_node(loss, ["output", "label"], ["loss"], name="loss")
+        else:
+            raise GraphError(f"from_native: loss must be a loss operator's name or a d5.ops.CustomOp, got "
+                             f"{type(loss).__name__}")
+        network.add_output("loss")
+    return from_model(network, device=device)
+
+
+def _callable_op(function: Callable[..., np.ndarray]) -> CustomOp:
+    """A plain NumPy function as an inference-only operator."""
+    if not callable(function):
+        raise GraphError(f"from_native: model must be a d5.ops.CustomOp or a callable, got {type(function).__name__}")
+
+    class NativeFunction(CustomPythonOp):
+        gradient = Gradient.NONE
+        no_gradient_reason = "a plain function has no backward; pass a d5.ops.CustomOp with backward() to train"
+
+        def forward(self, inputs):
+            return function(*inputs)
+
+    NativeFunction.__name__ = NativeFunction.__qualname__ = getattr(function, "__name__", "NativeFunction")
+    return NativeFunction()
 
 
 def __getattr__(name: str):
@@ -36,5 +130,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'd5.frameworks.reference' has no attribute {name!r}")
 
 
-__all__ = ["NAME", "ReferenceGraphExecutor", "custom_op", "from_model", "num_threads", "set_num_threads", "AdaGradOptimizer", "AdamOptimizer",
+__all__ = ["CAPABILITIES", "NAME", "ReferenceGraphExecutor", "custom_op", "from_model", "from_native", "from_onnx", "num_threads", "set_num_threads", "AdaGradOptimizer", "AdamOptimizer",
            "AdamWOptimizer", "GradientDescent", "MomentumOptimizer", "RMSPropOptimizer"]

@@ -11,15 +11,16 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from d5.errors import D5Error, GraphError, UnsupportedOperatorError
+from d5.errors import D5Error, GraphError, ShapeError, UnsupportedOperatorError
+from d5.frameworks.base import FrameworkExecutor
 from d5.frameworks.reference.operators import create_operator, supported_operators
 from d5.frameworks.reference.kernels import serial_numpy_blas
-from d5.frameworks.reference.operator_errors import operator_failure
-from d5.network.executor import GraphExecutor
-from d5.network.graph import Network, Node, gradient_name, node_captures
+from d5.network.operator_errors import operator_failure
+from d5.network.executor import LiveNetwork
+from d5.network.graph import Network, Node, gradient_name, node_captures, require_name, suggest
 from d5.network.memory import check_working_set, tensor_nbytes
 from d5.network.onnx_export import infer_shapes
-from d5.ops.operator import CustomOp, as_tuple
+from d5.ops.operator import CustomOp, Gradient, as_tuple
 
 
 class FallbackWarning(UserWarning):
@@ -54,24 +55,69 @@ class _Plan:
     release: list[tuple[str, ...]] | None = None
 
 
-class ReferenceGraphExecutor(GraphExecutor):
-    """Executes a copy of ``network`` (``executor.network`` is the live copy) on the CPU."""
+class ReferenceLiveNetwork(LiveNetwork):
+    """The reference framework's live state: NumPy arrays. ``fetch_tensors`` returns the stored arrays
+    themselves; ``feed_tensor`` stores what it is given without a copy when the dtype already matches."""
+
+    def __init__(self, graph: Network) -> None:
+        super().__init__(graph)
+        #: Current parameter values by name; executors read them at the start of every pass.
+        self.param_values: dict[str, np.ndarray] = graph.params
+        self._tensors: dict[str, Any] = {}  # the last pass's other tensors (gradients, activations)
+
+    def fetch_tensors(self, names: Iterable[str]) -> list[np.ndarray]:
+        if isinstance(names, str):  # one name, not its characters
+            names = [names]
+        out = []
+        for name in names:
+            require_name(name, "tensor name")
+            value = self.param_values.get(name)
+            if value is None:
+                value = self._tensors.get(name)
+                if value is None:
+                    raise GraphError(f"no value for tensor {name!r}: it is neither a parameter nor produced by the last "
+                                     f"pass{suggest(name, list(self.param_values) + list(self._tensors))}")
+            out.append(value)
+        return out
+
+    def feed_tensor(self, name: str, value: Any, is_param: bool = False) -> None:
+        require_name(name, "tensor name")
+        current = self.param_values.get(name)
+        if current is not None:
+            value = np.asarray(value, dtype=current.dtype)  # no copy when the dtype matches
+            if value.shape != current.shape:
+                raise ShapeError(f"parameter {name!r}: expected shape {current.shape}, got {value.shape}")
+            self.param_values[name] = value
+        elif is_param:
+            self.param_values[name] = self.graph.add_param(name, value)
+        else:
+            self._tensors[name] = value
+
+    def set_pass_tensors(self, tensors: dict[str, Any]) -> None:
+        """Replace the tensors of the last pass (gradients under :func:`d5.network.graph.gradient_name`)."""
+        self._tensors = tensors
+
+
+class ReferenceGraphExecutor(FrameworkExecutor):
+    """Executes a copy of ``network`` (``executor.graph``) on the CPU; ``executor.network`` is its live state."""
 
     def __init__(self, network: Network, device: Any = None, fallback: bool = False) -> None:
         if device is not None and getattr(device, "is_gpu", False):
             raise D5Error("the reference framework runs on the CPU only; pass device=None or d5.CPUDevice()")
-        network.validate()
-        super().__init__(network.copy(), device)
+        super().__init__(network, device)
         self._fallback_ops: list[str] = []
         self._steps = [_Step(node, self._make_op(node, fallback), _trim_optional(node.inputs) + node_captures(node))
-                       for node in self.network.topological_order()]
+                       for node in self.graph.topological_order()]
         for step in self._steps:
             step.op.node_output_count = len(step.node.outputs)
         if self._fallback_ops:
             warnings.warn(f"d5 reference framework: operators {sorted(set(self._fallback_ops))} are not implemented by "
                           "d5 and run on onnx.reference (inference only, no gradient)", FallbackWarning, stacklevel=3)
         self._plans: dict[tuple, _Plan] = {}
-        self._memory = _MemoryCheck(self.network)
+        self._memory = _MemoryCheck(self.graph)
+
+    def make_live_network(self, graph: Network) -> ReferenceLiveNetwork:
+        return ReferenceLiveNetwork(graph)
 
     @property
     def fallback_operators(self) -> list[str]:
@@ -82,59 +128,62 @@ class ReferenceGraphExecutor(GraphExecutor):
         if node.custom_op is not None:
             return node.custom_op
         try:
-            op = create_operator(node.op_type, node.attrs)
+            op = create_operator(node.op_type, node.attrs, self.graph.opset)  # the node's opset picks the version
             prepare = getattr(op, "prepare_subgraphs", None)
             if prepare is not None:  # control flow: build the bodies' executors now, so errors show at once
-                self._fallback_ops.extend(prepare(fallback))
+                def make_executor(body: Network) -> ReferenceGraphExecutor:
+                    with warnings.catch_warnings():  # this executor reports the bodies' fallback operators
+                        warnings.simplefilter("ignore", FallbackWarning)
+                        return ReferenceGraphExecutor(body, fallback=fallback)
+
+                self._fallback_ops.extend(prepare(make_executor))
             return op
         except UnsupportedOperatorError as err:
             if not fallback or node.op_type in supported_operators():
                 raise UnsupportedOperatorError(f"node {node.name!r}: {err}") from None
         except Exception as err:  # the backstop, as when the operator runs (operator_failure)
-            raise operator_failure(err, node, [], self.network.opset, "construction") from err
-        from d5.frameworks.reference.operators.fallback import OnnxReferenceFallbackOp
+            raise operator_failure(err, node, [], self.graph.opset, "construction") from err
+        from d5.frameworks.reference.operators._fallback import OnnxReferenceFallbackOp
         from d5.network.onnx_export import node_to_proto
 
         self._fallback_ops.append(node.op_type)
         try:
-            return OnnxReferenceFallbackOp(node_to_proto(node, self.network.opset), self.network.opset)
+            return OnnxReferenceFallbackOp(node_to_proto(node, self.graph.opset), self.graph.opset)
         except D5Error as err:
             raise type(err)(f"node {node.name!r}: {err}") from None
 
     # ------------------------------------------------------------------ public API
-    def inference(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        feeds = self.check_inputs(inputs)
+    def run_inference(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
         plan = self._plan(frozenset(feeds), None)
         self._memory.check(plan, feeds, training=False)
         with serial_numpy_blas():
             values, _ = self._forward(plan, feeds, training=False)
         return {name: values[name] for name in plan.outputs}
 
-    def inference_and_backprop(self, inputs: Mapping[str, Any], y: str = "loss") -> dict[str, np.ndarray]:
-        y = self.check_loss_name(y)
-        feeds = self.check_inputs(inputs)
+    def run_training(self, feeds: dict[str, Any], y: str) -> dict[str, np.ndarray]:
         plan = self._plan(frozenset(feeds), y)
         self._memory.check(plan, feeds, training=True)
         # The thread policy (kernels.set_num_threads): d5's threads do the work, BLAS runs single-threaded.
         with serial_numpy_blas():
             values, results_by_node = self._forward(plan, feeds, training=True)
-            _narrow_to_gradient_dtypes(plan, values, self.network.get_params(), y)
+            _narrow_to_gradient_dtypes(plan, values, self.graph.get_params(), y)
+            _refuse_missing_gradients(plan)
             grads = self._backward(plan, values, results_by_node, y)
-        params = self.network.params
+        params = self.network.param_values
         live = {name: value for name, value in values.items() if name not in params}
-        for param in self.network.get_params():
+        for param in self.graph.get_params():
             grad = grads.get(param)
             live[gradient_name(param)] = grad if grad is not None else np.zeros_like(params[param])
-        self.network.set_live_tensors(live)
+        self.network.set_pass_tensors(live)
         return {name: values[name] for name in plan.outputs}
 
     def run_subgraph(self, feeds: dict[str, Any]) -> list[Any]:
         """Run this executor's network as a control-flow body: ``feeds`` holds values (arrays, lists, None)
         of its inputs and of the outer-scope tensors it captures, unchecked; returns the graph outputs in order."""
         plan = self._plan(frozenset(feeds), None)
-        if len(plan.outputs) != len(self.network.outputs):
-            missing = [name for name in self.network.outputs if name not in plan.outputs]
-            raise GraphError(f"subgraph {self.network.name!r} cannot compute its outputs {missing} from {sorted(feeds)}")
+        if len(plan.outputs) != len(self.graph.outputs):
+            missing = [name for name in self.graph.outputs if name not in plan.outputs]
+            raise GraphError(f"subgraph {self.graph.name!r} cannot compute its outputs {missing} from {sorted(feeds)}")
         values, _ = self._forward(plan, feeds, training=False)
         return [values[name] for name in plan.outputs]
 
@@ -147,7 +196,7 @@ class ReferenceGraphExecutor(GraphExecutor):
         return plan
 
     def _make_plan(self, fed: frozenset[str], y: str | None) -> _Plan:
-        network = self.network
+        network = self.graph
         missing = [name for name in network.inputs if name not in fed]
         known = set(fed) | set(network.params) | {""}
         forward = []
@@ -171,7 +220,7 @@ class ReferenceGraphExecutor(GraphExecutor):
         """Run the forward steps. Returns the named tensors and, per node, everything its operator returned
         (operators may return more outputs than the node names, e.g. a loss's log-probabilities, and their
         backward expects all of them)."""
-        values: dict[str, Any] = {**self.network.params, **feeds}
+        values: dict[str, Any] = {**self.network.param_values, **feeds}
         results_by_node: dict[str, tuple] = {}
         for index, step in enumerate(plan.forward):
             op, node = step.op, step.node
@@ -181,7 +230,7 @@ class ReferenceGraphExecutor(GraphExecutor):
             try:
                 results = as_tuple(op.forward(args))
             except Exception as err:  # the backstop: whatever escapes an operator names its node
-                raise operator_failure(err, node, args, self.network.opset) from err
+                raise operator_failure(err, node, args, self.graph.opset) from err
             if len(results) < sum(1 for o in node.outputs if o):
                 raise GraphError(f"node {node.name!r} ({node.op_type}) names {len(node.outputs)} outputs but its "
                                  f"operator returned {len(results)}")
@@ -214,7 +263,7 @@ class ReferenceGraphExecutor(GraphExecutor):
             try:
                 in_grads = as_tuple(step.op.backward(out_grads, fwd_inputs, list(results)))
             except Exception as err:  # the backstop, as in _forward
-                raise operator_failure(err, node, fwd_inputs, self.network.opset, "backward") from err
+                raise operator_failure(err, node, fwd_inputs, self.graph.opset, "backward") from err
             for tensor, grad in zip(step.inputs, in_grads):
                 if grad is None or tensor not in plan.requires_grad:
                     continue
@@ -234,16 +283,16 @@ def _gradient_flow(forward: list[_Step], params: list[str], y: str,
     Swin attention mask built as Shape(activation) -> ConstantOfShape -> ScatterND is a constant (Shape's
     output is int64), and ScatterND's or Gather's indices are never asked for a gradient.
 
-    It also stops at operators declared ``zero_gradient`` (Hardmax, EyeLike: locally constant outputs). It
-    does not stop at operators declared ``differentiable = False`` alone: most of them (Attention, TopK,
-    GridSample, control flow, ...) lack a gradient in d5 although one exists, and treating their float
-    outputs as constants would silently give wrong (zero) gradients; planned through, they raise an error
-    that names them. A step runs backward when one of its outputs requires a gradient and reaches ``y``
+    It also stops at operators declaring ``Gradient.ZERO`` (Hardmax, EyeLike: locally constant outputs). It
+    does not stop at operators declaring ``Gradient.NONE``: most of them (Attention, TopK, GridSample, control
+    flow, ...) lack a gradient in d5 although one exists, and treating their float outputs as constants would
+    silently give wrong (zero) gradients; planned through, they are refused by name
+    (:func:`_refuse_missing_gradients`). A step runs backward when one of its outputs requires a gradient and reaches ``y``
     through tensors that require one.
     """
     requires_grad = {name for name in params if carries_gradient(name)}
     for step in forward:
-        if not getattr(step.op, "zero_gradient", False) and any(t in requires_grad for t in step.inputs):
+        if step.op.gradient is not Gradient.ZERO and any(t in requires_grad for t in step.inputs):
             requires_grad.update(o for o in step.node.outputs if o and carries_gradient(o))
     reaches_y = {y} & requires_grad
     backward = []
@@ -265,6 +314,17 @@ def _narrow_to_gradient_dtypes(plan: _Plan, values: Mapping[str, Any], params: l
         plan.backward, plan.requires_grad = _gradient_flow(
             plan.forward, params, y, lambda name: _carries_gradient(values.get(name)))
         plan.dtypes_checked = True
+
+
+def _refuse_missing_gradients(plan: _Plan) -> None:
+    """Raise UnsupportedOperatorError, before the backward pass, naming the first backward step whose operator
+    declares ``Gradient.NONE`` (see :class:`d5.ops.Gradient`)."""
+    for step in plan.backward:
+        op = step.op
+        if op.gradient is Gradient.NONE:
+            raise UnsupportedOperatorError(
+                f"node {step.node.name!r} ({step.node.op_type}): {type(op).__name__} has no gradient in d5, but the loss "
+                f"depends on its output through floating-point tensors; {op.no_gradient_reason}")
 
 
 def _carries_gradient(value: Any) -> bool:

@@ -242,7 +242,7 @@ class Window2D:
     ``pads`` is ``(top, left, bottom, right)`` as the kernels take it, never negative (d5._C rejects
     negative pads); ``crops``, in the same layout, counts the input's leading and trailing elements no
     window reaches (a negative SAME_* pad), which the operators drop before a kernel runs
-    (:func:`d5.frameworks.reference.operators.windows_nd.crop_input`). ``spatial_rank`` is the rank the
+    (:func:`d5.frameworks.reference.operators._windows.crop_input`). ``spatial_rank`` is the rank the
     operator was given (1 or 2), so the caller can reshape the result back.
     """
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from d5.errors import D5Error, ShapeError
-from d5.frameworks.reference.operators.conv import Conv
+from d5.frameworks.reference.operators.convolution import Conv
 from d5.frameworks.reference.operators.normalization import BatchNormalization
 from d5.frameworks.reference.operators.pooling import AveragePool, GlobalAveragePool, MaxPool
 

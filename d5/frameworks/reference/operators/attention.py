@@ -1,8 +1,10 @@
-"""Reference Attention (ONNX opset 23-25 semantics): scaled dot-product attention with MHA/GQA/MQA heads,
-boolean or additive masks, causal masking, an internal KV cache, softcap and the qk_matmul debug output.
+"""Reference attention operators: Attention (ONNX opset 23-25 semantics) and RotaryEmbedding (opset 23).
 
-Computed in float32 (float64 for float64 inputs) and cast back to Q's dtype, so float16/bfloat16 models run
-at the precision ONNX's reference gets. Forward only: the operator has no gradient in d5.
+Attention: scaled dot-product attention with MHA/GQA/MQA heads, boolean or additive masks, causal masking, an
+internal KV cache, softcap and the qk_matmul debug output. Computed in float32 (float64 for float64 inputs)
+and cast back to Q's dtype, so float16/bfloat16 models run at the precision ONNX's reference gets. Forward
+only (``Gradient.NONE``). RotaryEmbedding rotates pairs of features by position-dependent angles and has a
+gradient. (TensorScatter, the KV-cache update, is with the indexing operators.)
 
 >>> import numpy as np
 >>> q = np.ones((1, 1, 2, 4), np.float32)
@@ -15,9 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from d5.errors import ShapeError, UnsupportedOperatorError
-from d5.frameworks.reference.operators.checks import require_broadcastable
-from d5.frameworks.reference.operators.registry import ReferenceOp, register
+from d5.errors import ShapeError
+from d5.frameworks.reference.operators import ReferenceOp, register
+from d5.frameworks.reference.operators._checks import float_compute_dtype, require_broadcastable
+from d5.ops.operator import Gradient
+
 
 # qk_matmul_output_mode values: what the fourth output holds.
 _QK_RAW, _QK_SOFTCAPPED, _QK_WITH_BIAS, _QK_SOFTMAX = 0, 1, 2, 3
@@ -81,7 +85,8 @@ class Attention(ReferenceOp):
     ((2, 3, 8), (2, 2, 5, 2))
     """
 
-    differentiable = False
+    gradient = Gradient.NONE
+    no_gradient_reason = "it is forward only in d5; train through the equivalent MatMul/Softmax subgraph instead"
 
     def __init__(self, is_causal: int = 0, kv_num_heads: int = 0, q_num_heads: int = 0,
                  qk_matmul_output_mode: int = 0, scale: float | None = None, softcap: float = 0.0,
@@ -225,9 +230,90 @@ class Attention(ReferenceOp):
             probabilities = exp / np.where(total == zero, one, total)
         return np.where(fully_masked, zero, probabilities)
 
+
+@register("RotaryEmbedding")
+class RotaryEmbedding(ReferenceOp):
+    """Rotates pairs of features by position-dependent angles (RoPE).
+
+    ``X`` is (batch, heads, seq, head_size), or (batch, seq, hidden) with ``num_heads``; ``cos_cache`` /
+    ``sin_cache`` are (max_position, rotary_dim / 2) indexed by ``position_ids`` (batch, seq), or
+    (batch, seq, rotary_dim / 2) without them. The first ``rotary_embedding_dim`` features of each head (all
+    by default) are rotated: as two halves, or as (even, odd) pairs when ``interleaved=1``; the rest pass
+    through. ``backward`` gives X's gradient (the inverse rotation); the caches get none.
+
+    >>> import numpy as np
+    >>> x = np.array([[[[1.0, 0.0]]]])                       # one head of size 2 at position 0
+    >>> cos, sin = np.array([[0.0]]), np.array([[1.0]])      # a 90-degree rotation
+    >>> RotaryEmbedding().forward([x, cos, sin, np.array([[0]])]).tolist()
+    [[[[0.0, 1.0]]]]
+    """
+
+    def __init__(self, interleaved: int = 0, num_heads: int = 0, rotary_embedding_dim: int = 0) -> None:
+        super().__init__()
+        self.interleaved = bool(interleaved)
+        self.num_heads = int(num_heads)
+        self.rotary_embedding_dim = int(rotary_embedding_dim)
+
+    def forward(self, inputs):
+        return self._rotate(inputs, inputs[0], sign=1.0)
+
     def backward(self, grads, fwd_inputs, fwd_outputs):
-        raise UnsupportedOperatorError("Attention has no gradient in d5 (forward only); train through the "
-                                       "equivalent MatMul/Softmax subgraph instead")
+        # A rotation's transpose is the rotation by the opposite angle: negate sin.
+        dx = self._rotate(fwd_inputs, grads[0], sign=-1.0)
+        return (dx,) + (None,) * (len(fwd_inputs) - 1)
+
+    def _rotate(self, inputs, values, sign: float) -> np.ndarray:
+        if len(inputs) < 3 or any(a is None for a in inputs[:3]):
+            raise ShapeError("RotaryEmbedding: expected inputs (X, cos_cache, sin_cache[, position_ids])")
+        x = np.asarray(values)
+        cos, sin = np.asarray(inputs[1]), np.asarray(inputs[2])
+        positions = inputs[3] if len(inputs) > 3 else None
+        # Work in (batch, seq, heads, head_size).
+        if x.ndim == 4:
+            heads = x.transpose(0, 2, 1, 3)
+        elif x.ndim == 3:
+            if self.num_heads <= 0 or x.shape[2] % self.num_heads:
+                raise ShapeError(f"RotaryEmbedding: 3-D input {x.shape} needs num_heads dividing its hidden size "
+                                 f"{x.shape[2]}, got num_heads={self.num_heads}")
+            heads = x.reshape(x.shape[0], x.shape[1], self.num_heads, -1)
+        else:
+            raise ShapeError(f"RotaryEmbedding: X must be 3-D or 4-D, got shape {x.shape}")
+        dim = self.rotary_embedding_dim or heads.shape[3]
+        if dim % 2 or dim > heads.shape[3]:
+            raise ShapeError(f"RotaryEmbedding: rotary_embedding_dim={dim} must be even and at most the head "
+                             f"size {heads.shape[3]}")
+        if positions is not None:
+            positions = np.asarray(positions)
+            if cos.ndim != 2 or sin.shape != cos.shape or positions.shape != heads.shape[:2] \
+                    or positions.dtype.kind not in "iu":
+                raise ShapeError(f"RotaryEmbedding: with position_ids, the caches must be 2-D (max_position, "
+                                 f"rotary_dim / 2) and position_ids integers of shape {heads.shape[:2]} (batch, seq); "
+                                 f"got caches {cos.shape} and {sin.shape}, position_ids {positions.dtype} "
+                                 f"{positions.shape}")
+            if positions.size and (positions.min() < 0 or positions.max() >= cos.shape[0]):
+                raise ShapeError(f"RotaryEmbedding: position_ids must lie in [0, {cos.shape[0]}) (the caches' "
+                                 f"max_position), got values in [{positions.min()}, {positions.max()}]")
+            cos, sin = cos[positions], sin[positions]
+        if cos.ndim != 3 or cos.shape != sin.shape or cos.shape[:2] != heads.shape[:2]:
+            raise ShapeError(f"RotaryEmbedding: cos/sin caches must be (batch, seq, rotary_dim / 2) = "
+                             f"{heads.shape[:2] + (dim // 2,)} without position_ids, got {cos.shape} and {sin.shape}")
+        if cos.shape[-1] != dim // 2 or sin.shape[-1] != dim // 2:
+            raise ShapeError(f"RotaryEmbedding: cos/sin caches must end in rotary_embedding_dim / 2 = {dim // 2}, "
+                             f"got {cos.shape} and {sin.shape}")
+        dtype = float_compute_dtype(x, cos)
+        cos = cos.astype(dtype)[:, :, None, :]
+        sin = sign * sin.astype(dtype)[:, :, None, :]
+        rotated = heads[..., :dim].astype(dtype)
+        first, second = ((rotated[..., 0::2], rotated[..., 1::2]) if self.interleaved
+                         else (rotated[..., :dim // 2], rotated[..., dim // 2:]))
+        real, imag = cos * first - sin * second, sin * first + cos * second
+        if self.interleaved:
+            rotated = np.stack([real, imag], axis=-1).reshape(rotated.shape)
+        else:
+            rotated = np.concatenate([real, imag], axis=-1)
+        out = np.concatenate([rotated, heads[..., dim:].astype(dtype)], axis=-1)
+        out = out.transpose(0, 2, 1, 3) if x.ndim == 4 else out.reshape(x.shape)
+        return np.asarray(out, dtype=x.dtype, order="C")
 
 
-__all__ = ["Attention"]
+__all__ = ["Attention", "RotaryEmbedding"]

@@ -1,37 +1,45 @@
 """Reference control-flow operators: If, Loop, Scan and SequenceMap (ONNX semantics, inference only).
 
-Each body (a graph attribute) is a nested :class:`d5.Network` (``network.is_subgraph``) run by its own
-reference executor. A body may read tensors of the enclosing graphs by name (``Network.captures``);
-the executor appends their values to the node's inputs (see ``executor._Step``), in the order of
-:func:`d5.network.graph.node_captures`, and these operators pass each body the ones it reads.
+Each body (a graph attribute) is a nested :class:`d5.Network` (``network.is_subgraph``) run by an executor of
+its own. A body may read tensors of the enclosing graphs by name (``Network.captures``); the executor appends
+their values to the node's inputs, in the order of :func:`d5.network.graph.node_captures`, and these operators
+pass each body the ones it reads.
 
-The bodies' executors are built by :meth:`_ControlFlowOp.prepare_subgraphs`, which the reference
-executor calls when it builds the node's operator, so an unsupported operator inside a body is reported
-at once, and the ``fallback`` choice of the enclosing executor applies inside too. None of these
-operators is differentiable: gradients through control flow are not implemented.
+The operators build no executor themselves: the enclosing executor calls
+:meth:`_ControlFlowOp.prepare_subgraphs` with a factory ``make_executor(network)`` when it builds the node's
+operator (so an unsupported operator inside a body is reported at once, and the enclosing executor's choices,
+such as ``fallback``, apply inside too). What the factory returns needs ``run_subgraph(feeds) -> list`` and
+``fallback_operators`` (the op types it runs on the onnx.reference fallback). None of these operators has a
+gradient (``Gradient.NONE``): gradients through control flow are not implemented.
 """
 from __future__ import annotations
 
-import warnings
-from typing import Any, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
 from d5.errors import GraphError, ShapeError
-from d5.frameworks.reference.operators.checks import scalar_input
-from d5.frameworks.reference.operators.registry import NonDifferentiableOp, register
+from d5.frameworks.reference.operators import ReferenceOp, register
+from d5.frameworks.reference.operators._checks import scalar_input
 from d5.network.graph import Network
+from d5.ops.onnx_semantics import normalize_axis
+from d5.ops.operator import Gradient
+
+
+class SubgraphExecutor(Protocol):
+    """What ``make_executor(network)`` returns for a body: an executor that runs it as a subgraph."""
+
+    fallback_operators: list[str]
+
+    def run_subgraph(self, feeds: dict[str, Any]) -> list[Any]:
+        """The body's outputs, in order, for ``feeds`` (its inputs and captured outer values by name)."""
 
 
 class _Body:
     """One subgraph and the executor that runs it."""
 
-    def __init__(self, network: Network, fallback: bool) -> None:
-        from d5.frameworks.reference.executor import FallbackWarning, ReferenceGraphExecutor  # lazy: no import cycle
-
-        with warnings.catch_warnings():  # the enclosing executor reports the bodies' fallback operators
-            warnings.simplefilter("ignore", FallbackWarning)
-            self.executor = ReferenceGraphExecutor(network, fallback=fallback)
+    def __init__(self, network: Network, make_executor: Callable[[Network], SubgraphExecutor]) -> None:
+        self.executor = make_executor(network)
         self.name = network.name
         self.inputs = list(network.inputs)
         self.captures = network.captures
@@ -47,9 +55,10 @@ class _Body:
         return self.executor.run_subgraph(feeds)
 
 
-class _ControlFlowOp(NonDifferentiableOp):
+class _ControlFlowOp(ReferenceOp):
     """Base of the operators with subgraphs. ``_graphs`` names the graph attributes."""
 
+    gradient = Gradient.NONE
     no_gradient_reason = ("gradients through control flow (If, Loop, Scan, SequenceMap) are not implemented; train "
                           "without it (unroll the loop, fold the branch) or keep trainable parameters out of its bodies")
     _graphs: tuple[str, ...] = ()
@@ -70,15 +79,17 @@ class _ControlFlowOp(NonDifferentiableOp):
             self.captures.extend(name for name in body.captures if name not in self.captures)
         self.bodies: dict[str, _Body] = {}
 
-    def prepare_subgraphs(self, fallback: bool = False) -> list[str]:
-        """Build the bodies' executors; returns the op types they run on the onnx.reference fallback."""
-        self.bodies = {key: _Body(body, fallback) for key, body in self.graphs.items()}
+    def prepare_subgraphs(self, make_executor: Callable[[Network], SubgraphExecutor]) -> list[str]:
+        """Build the bodies' executors with ``make_executor(body)``; returns the op types they run on the
+        onnx.reference fallback."""
+        self.bodies = {key: _Body(body, make_executor) for key, body in self.graphs.items()}
         return [op for body in self.bodies.values() for op in body.executor.fallback_operators]
 
     def _split(self, inputs: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
         """The node's own inputs and a dict of the captured outer-scope values (appended by the executor)."""
         if not self.bodies:
-            self.prepare_subgraphs()
+            raise GraphError(f"{type(self).__name__}: its subgraphs have no executors; the executor running the node "
+                             "must call prepare_subgraphs(make_executor) first")
         count = len(inputs) - len(self.captures)
         return list(inputs[:count]), dict(zip(self.captures, inputs[count:]))
 
@@ -169,7 +180,7 @@ class Scan(_ControlFlowOp):
         states, scan_inputs = own[:len(own) - count], [np.asarray(x) for x in own[len(own) - count:]]
         in_axes = self._ints("scan_input_axes", count)
         in_dirs = self._ints("scan_input_directions", count)
-        scan_inputs = [np.moveaxis(x, _axis(a, x.ndim), 0) for x, a in zip(scan_inputs, in_axes)]
+        scan_inputs = [np.moveaxis(x, normalize_axis("Scan", a, x.ndim), 0) for x, a in zip(scan_inputs, in_axes)]
         lengths = {x.shape[0] for x in scan_inputs}
         if len(lengths) != 1:
             raise ShapeError(f"Scan: the scan inputs have different lengths {sorted(lengths)} along their scan axes")
@@ -192,7 +203,7 @@ class Scan(_ControlFlowOp):
                 continue
             name = body.outputs[len(states) + index]
             array = _stack_scan_output("Scan", name, values[::-1] if out_dirs[index] else values)
-            stacked.append(np.moveaxis(array, 0, _axis(out_axes[index], array.ndim)))
+            stacked.append(np.moveaxis(array, 0, normalize_axis("Scan", out_axes[index], array.ndim)))
         return (*states, *stacked)
 
     def _ints(self, key: str, count: int) -> list[int]:
@@ -226,8 +237,3 @@ class SequenceMap(_ControlFlowOp):
                 values.append(value)
         return tuple(outputs)
 
-
-def _axis(axis: int, rank: int) -> int:
-    if not -rank <= axis < rank:
-        raise ShapeError(f"Scan: axis {axis} is out of range for rank {rank}")
-    return axis % rank

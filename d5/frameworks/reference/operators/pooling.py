@@ -1,6 +1,7 @@
 """Reference pooling operators (ONNX semantics, 1-D, 2-D and 3-D windows): MaxPool, AveragePool,
-GlobalAveragePool, GlobalMaxPool. The window loops run in C++ (d5._C, OpenMP over batch x channels) for 1-D and 2-D
-windows, and in NumPy (``windows_nd``, a loop over the kernel taps) for 3-D ones.
+GlobalAveragePool, GlobalMaxPool, LpPool (no gradient) and MaxUnpool. The MaxPool and AveragePool window loops
+run in C++ (d5._C, OpenMP over batch x channels) for 1-D and 2-D windows, and in NumPy (``_windows``, a loop
+over the kernel taps) for 3-D ones.
 
 >>> import numpy as np
 >>> x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
@@ -10,6 +11,7 @@ windows, and in NumPy (``windows_nd``, a loop over the kernel taps) for 3-D ones
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Sequence
 
@@ -17,11 +19,13 @@ import numpy as np
 
 from d5.errors import ShapeError
 from d5.frameworks.reference.kernels import Window2D, as_kernel_array, compute_dtype, load_native
-from d5.frameworks.reference.operators import windows_nd
-from d5.frameworks.reference.operators.registry import ReferenceOp, register
-from d5.frameworks.reference.operators.windows_nd import (WindowND, crop_input, resolve_window, uncrop_gradient,
-                                                          uncrop_indices)
-from d5.ops.onnx_semantics import check_window_attributes
+from d5.frameworks.reference.operators import ReferenceOp, register
+from d5.frameworks.reference.operators import _windows
+from d5.frameworks.reference.operators._checks import optional_array, require_rank
+from d5.frameworks.reference.operators._windows import (WindowND, crop_input, resolve_window, uncrop_gradient,
+                                                        uncrop_indices)
+from d5.ops.onnx_semantics import as_text, check_window_attributes, int_tuple, window_geometry
+from d5.ops.operator import Gradient
 
 
 class _WindowPool(ReferenceOp):
@@ -36,11 +40,11 @@ class _WindowPool(ReferenceOp):
         if kernel_shape is None:
             raise ShapeError(f"{self.op_name}: the kernel_shape attribute is required (e.g. kernel_shape=[2, 2])")
         self.kernel_shape = tuple(int(k) for k in kernel_shape)
-        self.auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+        self.auto_pad = as_text(auto_pad)
         self.ceil_mode = bool(ceil_mode)
-        self.dilations = None if dilations is None else tuple(int(d) for d in dilations)
-        self.pads = None if pads is None else tuple(int(p) for p in pads)
-        self.strides = None if strides is None else tuple(int(s) for s in strides)
+        self.dilations = int_tuple(dilations)
+        self.pads = int_tuple(pads)
+        self.strides = int_tuple(strides)
         check_window_attributes(self.op_name, auto_pad=self.auto_pad, kernel_shape=self.kernel_shape,
                                 strides=self.strides, dilations=self.dilations, pads=self.pads)
 
@@ -124,8 +128,8 @@ class MaxPool(_WindowPool):
         else:  # backward of a different input than the last forward: recompute the argmax
             indices = self._pool(x, window)[1]
         dy = as_kernel_array(grads[0], x.dtype).reshape(indices.shape)
-        if window.spatial_rank in windows_nd.NUMPY_SPATIAL_RANKS:
-            dx = windows_nd.max_pool_backward(dy, indices, x.shape)
+        if window.spatial_rank in _windows.NUMPY_SPATIAL_RANKS:
+            dx = _windows.max_pool_backward(dy, indices, x.shape)
         else:
             dx = load_native().max_pool2d_backward(dy, indices, x.shape)
         original = np.asarray(fwd_inputs[0])
@@ -135,8 +139,8 @@ class MaxPool(_WindowPool):
         """``(Y, row-major flat indices into x)``; the indices point into ``x`` itself, not its cropped copy,
         so that backward scatters straight into X's shape."""
         cropped = crop_input(x, window.crops)
-        if window.spatial_rank in windows_nd.NUMPY_SPATIAL_RANKS:
-            y, indices = windows_nd.max_pool_forward(cropped, window)
+        if window.spatial_rank in _windows.NUMPY_SPATIAL_RANKS:
+            y, indices = _windows.max_pool_forward(cropped, window)
         else:
             y, indices = load_native().max_pool2d_forward(cropped, window.kernel, window.strides, window.pads,
                                                           window.dilations, window.out)
@@ -177,8 +181,8 @@ class AveragePool(_WindowPool):
     def forward(self, inputs):
         x, window = self._prepare(inputs)
         x = crop_input(x, window.crops)
-        if window.spatial_rank in windows_nd.NUMPY_SPATIAL_RANKS:
-            y = windows_nd.avg_pool_forward(x, window, self.count_include_pad)
+        if window.spatial_rank in _windows.NUMPY_SPATIAL_RANKS:
+            y = _windows.avg_pool_forward(x, window, self.count_include_pad)
         else:
             y = load_native().avg_pool2d_forward(x, window.kernel, window.strides, window.pads, window.dilations,
                                                  window.out, self.count_include_pad)
@@ -189,8 +193,8 @@ class AveragePool(_WindowPool):
         x, window = self._prepare(fwd_inputs)
         cropped_shape = crop_input(x, window.crops).shape
         dy = as_kernel_array(grads[0], x.dtype).reshape(x.shape[0], x.shape[1], *window.out)
-        if window.spatial_rank in windows_nd.NUMPY_SPATIAL_RANKS:
-            dx = windows_nd.avg_pool_backward(dy, cropped_shape, window, self.count_include_pad)
+        if window.spatial_rank in _windows.NUMPY_SPATIAL_RANKS:
+            dx = _windows.avg_pool_backward(dy, cropped_shape, window, self.count_include_pad)
         else:
             dx = load_native().avg_pool2d_backward(dy, cropped_shape, window.kernel, window.strides, window.pads,
                                                    window.dilations, self.count_include_pad)
@@ -266,4 +270,126 @@ def _global_pool_input(op_name: str, inputs) -> np.ndarray:
     return x
 
 
-__all__ = ["AveragePool", "GlobalAveragePool", "GlobalMaxPool", "MaxPool"]
+@register("LpPool")
+class LpPool(ReferenceOp):
+    """``(sum |x|^p)^(1/p)`` over sliding windows (N-D; zero padding, auto_pad, dilations, ceil_mode)."""
+
+    gradient = Gradient.NONE
+
+    def __init__(self, kernel_shape: Sequence[int] | None = None, p: float = 2, auto_pad: str = "NOTSET",
+                 pads: Sequence[int] | None = None, strides: Sequence[int] | None = None,
+                 dilations: Sequence[int] | None = None, ceil_mode: int = 0) -> None:
+        super().__init__()
+        if kernel_shape is None:
+            raise ShapeError("LpPool: the kernel_shape attribute is required")
+        self.kernel = [int(k) for k in kernel_shape]
+        self.p, self.auto_pad, self.ceil_mode = float(p), as_text(auto_pad), bool(ceil_mode)
+        self.pads = int_tuple(pads)
+        self.strides = int_tuple(strides)
+        self.dilations = int_tuple(dilations)
+        check_window_attributes("LpPool", auto_pad=self.auto_pad, kernel_shape=self.kernel, strides=self.strides,
+                                dilations=self.dilations, pads=self.pads)
+
+    def forward(self, inputs):
+        dims = len(self.kernel)
+        x = require_rank("LpPool", inputs[0], f"X (N, C and {dims} spatial axes, from kernel_shape)", rank=dims + 2)
+        strides = self.strides or [1] * dims
+        dilations = self.dilations or [1] * dims
+        geometry = window_geometry(x.shape[2:], self.kernel, strides=strides, dilations=dilations,
+                                   pads=self.pads or [0] * (2 * dims), auto_pad=self.auto_pad,
+                                   ceil_mode=self.ceil_mode, op_name="LpPool")
+        # Negative SAME_* pads: the windows never reach the cropped elements.
+        powered = np.abs(crop_input(x, geometry.crops).astype(np.float64)) ** self.p
+        begin = geometry.applied_pads[:dims]
+        # Windows that run past the padded input (ceil_mode) read zeros, which add nothing to the sum.
+        end = [max(pad, (n - 1) * s + (k - 1) * d + 1 - size - b) for pad, n, s, k, d, size, b in
+               zip(geometry.applied_pads[dims:], geometry.out, strides, self.kernel, dilations, powered.shape[2:],
+                   begin)]
+        padded = np.pad(powered, [(0, 0), (0, 0)] + list(zip(begin, end)))
+        total = np.zeros(x.shape[:2] + geometry.out)
+        for offset in itertools.product(*[range(k) for k in self.kernel]):
+            index = tuple(slice(o * d, o * d + (n - 1) * s + 1, s)
+                          for o, d, n, s in zip(offset, dilations, geometry.out, strides))
+            total += padded[(slice(None), slice(None)) + index]
+        return (total ** (1.0 / self.p)).astype(x.dtype)
+
+
+@register("MaxUnpool")
+class MaxUnpool(ReferenceOp):
+    """Scatter X (N, C, D1, ...) into zeros at the flat indices ``I`` (int64, X's shape, as MaxPool's second
+    output) of the unpooled tensor, whose spatial size is ``(in - 1) * stride - pad_begin - pad_end + kernel``.
+
+    With the optional ``output_shape`` input (at least that size), the unpooled tensor is placed in its leading
+    corner and the rest is zero: the ONNX reference and backend tests' reading, in which ``I`` indexes the
+    inferred shape. (onnxruntime and PyTorch index ``output_shape`` instead; the two agree when
+    ``output_shape`` equals the inferred shape.) When an index repeats, the last X element wins. ``backward``
+    gathers the gradient for X from the written positions (``None`` for I and output_shape).
+
+    >>> import numpy as np
+    >>> op = MaxUnpool(kernel_shape=[2], strides=[2])
+    >>> op.forward([np.array([[[5.0, 7.0]]]), np.array([[[1, 2]]])]).tolist()
+    [[[0.0, 5.0, 7.0, 0.0]]]
+    """
+
+    def __init__(self, kernel_shape: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+                 strides: Sequence[int] | None = None) -> None:
+        super().__init__()
+        if not kernel_shape:
+            raise ShapeError("MaxUnpool: the kernel_shape attribute is required (e.g. kernel_shape=[2, 2])")
+        self.kernel_shape = tuple(int(k) for k in kernel_shape)
+        rank = len(self.kernel_shape)
+        self.pads = tuple(int(p) for p in pads) if pads else (0,) * (2 * rank)
+        self.strides = tuple(int(s) for s in strides) if strides else (1,) * rank
+        check_window_attributes("MaxUnpool", kernel_shape=self.kernel_shape, strides=self.strides, pads=self.pads)
+        if len(self.pads) != 2 * rank or len(self.strides) != rank:
+            raise ShapeError(f"MaxUnpool: kernel_shape {list(self.kernel_shape)} needs {2 * rank} pads and {rank} "
+                             f"strides, got pads {list(self.pads)} and strides {list(self.strides)}")
+
+    def _layout(self, inputs):
+        """(X, flat indices of the last write per position, inferred shape, output shape)."""
+        if len(inputs) not in (2, 3) or inputs[0] is None or inputs[1] is None:
+            raise ShapeError(f"MaxUnpool: expected inputs (X, I) or (X, I, output_shape), got {len(inputs)}")
+        x, indices = np.asarray(inputs[0]), np.asarray(inputs[1])
+        rank = len(self.kernel_shape)
+        if x.ndim != rank + 2 or indices.shape != x.shape:
+            raise ShapeError(f"MaxUnpool: X must be (N, C) plus {rank} spatial axes (kernel_shape "
+                             f"{list(self.kernel_shape)}) and I of X's shape; got X {x.shape}, I {indices.shape}")
+        if not np.issubdtype(indices.dtype, np.integer):
+            raise ShapeError(f"MaxUnpool: I must hold integer (int64) indices, got dtype {indices.dtype}")
+        inferred = x.shape[:2] + tuple(
+            (n - 1) * s - self.pads[i] - self.pads[i + rank] + k
+            for i, (n, s, k) in enumerate(zip(x.shape[2:], self.strides, self.kernel_shape)))
+        if min(inferred[2:], default=1) < 1:
+            raise ShapeError(f"MaxUnpool: the unpooled shape {inferred} is empty; check kernel_shape, strides, pads")
+        shape = inferred
+        requested = optional_array(inputs, 2)
+        if requested is not None:
+            shape = tuple(int(v) for v in requested.reshape(-1))
+            if len(shape) != x.ndim or shape[:2] != x.shape[:2] or any(o < i for o, i in zip(shape, inferred)):
+                raise ShapeError(f"MaxUnpool: output_shape {list(shape)} must have X's rank, N and C, and be at "
+                                 f"least the unpooled shape {list(inferred)} on every axis")
+        flat = indices.reshape(-1).astype(np.int64)
+        total = int(np.prod(inferred))
+        if flat.size and (flat.min() < 0 or flat.max() >= total):
+            raise ShapeError(f"MaxUnpool: indices must lie in [0, {total}) (flat positions in the unpooled shape "
+                             f"{list(inferred)}), got values in [{flat.min()}, {flat.max()}]")
+        last = flat.size - 1 - np.unique(flat[::-1], return_index=True)[1]  # the last writer of each position
+        return x, last, flat[last], inferred, shape
+
+    def forward(self, inputs):
+        x, winners, positions, inferred, shape = self._layout(inputs)
+        unpooled = np.zeros(int(np.prod(inferred)), dtype=x.dtype)
+        unpooled[positions] = x.reshape(-1)[winners]
+        out = np.zeros(shape, dtype=x.dtype)
+        out[tuple(slice(0, n) for n in inferred)] = unpooled.reshape(inferred)
+        return out
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        x, winners, positions, inferred, _ = self._layout(fwd_inputs)
+        dy = np.asarray(grads[0])[tuple(slice(0, n) for n in inferred)].reshape(-1)
+        dx = np.zeros(x.size, dtype=np.result_type(dy.dtype, x.dtype))
+        dx[winners] = dy[positions]
+        return (dx.reshape(x.shape).astype(x.dtype, copy=False), None) + (None,) * (len(fwd_inputs) - 2)
+
+
+__all__ = ["AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "MaxPool", "MaxUnpool"]

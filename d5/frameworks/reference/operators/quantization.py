@@ -4,7 +4,8 @@ DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv.
 Integer types int8/uint8/int16/uint16 and the packed int4/uint4/int2/uint2 (numpy dtypes from ml_dtypes, as
 onnx.numpy_helper gives them) are supported; float8/float4 targets are not. Scales and zero points are
 per-tensor (scalars), per-axis (1-D along ``axis``) or blocked (``block_size`` along ``axis``). Rounding is
-half-to-even and results saturate to the target range. None of these operators has a gradient in d5.
+half-to-even and results saturate to the target range. None of these operators has a gradient in d5
+(``Gradient.NONE``).
 
 >>> import numpy as np
 >>> from d5.frameworks.reference.operators import create_operator
@@ -22,8 +23,10 @@ from typing import Any
 import numpy as np
 
 from d5.errors import ShapeError, UnsupportedOperatorError
-from d5.frameworks.reference.operators.registry import NonDifferentiableOp, register
-from d5.ops.onnx_semantics import check_window_attributes
+from d5.frameworks.reference.operators import ReferenceOp, register
+from d5.ops.onnx_semantics import as_text, check_window_attributes, optional_input
+from d5.ops.operator import Gradient
+
 
 # Saturation ranges by dtype name; the packed types have no np.iinfo.
 _RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
@@ -39,7 +42,7 @@ def _integer_range(dtype: np.dtype) -> tuple[int, int]:
             f"{', '.join(_RANGES)} (float8/float4 are not)") from None
 
 
-def _present(inputs, index: int) -> np.ndarray | None:
+def optional_input(inputs, index: int) -> np.ndarray | None:
     return inputs[index] if len(inputs) > index and inputs[index] is not None else None
 
 
@@ -78,7 +81,9 @@ def _as_int(array: np.ndarray | None) -> np.ndarray | int:
     return 0 if array is None else np.asarray(array).astype(np.int32)
 
 
-class _Quantized(NonDifferentiableOp):
+class _Quantized(ReferenceOp):
+
+    gradient = Gradient.NONE
     no_gradient_reason = "its outputs are quantized integers; train in float and quantize afterwards"
 
 
@@ -96,7 +101,7 @@ class QuantizeLinear(_Quantized):
     def forward(self, inputs):
         from onnx import helper
 
-        x, scale, zero_point = inputs[0], inputs[1], _present(inputs, 2)
+        x, scale, zero_point = inputs[0], inputs[1], optional_input(inputs, 2)
         if zero_point is not None:
             dtype = zero_point.dtype
         elif self.output_dtype:
@@ -128,7 +133,7 @@ class DequantizeLinear(_Quantized):
     def forward(self, inputs):
         from onnx import helper
 
-        x, scale, zero_point = inputs[0], inputs[1], _present(inputs, 2)
+        x, scale, zero_point = inputs[0], inputs[1], optional_input(inputs, 2)
         _integer_range(x.dtype)
         values = x.astype(np.float32)
         if zero_point is not None:
@@ -180,7 +185,7 @@ class MatMulInteger(_Quantized):
         a, b = inputs[0], inputs[1]
         if a.ndim < 1 or b.ndim < 1:
             raise ShapeError(f"MatMulInteger: A and B must have at least one dimension, got shapes {a.shape} and {b.shape}")
-        a_zero, b_zero = _present(inputs, 2), _present(inputs, 3)
+        a_zero, b_zero = optional_input(inputs, 2), optional_input(inputs, 3)
         if b_zero is not None and np.size(b_zero) != 1 and np.shape(b_zero) != b.shape[-1:]:
             raise ShapeError(f"MatMulInteger: b_zero_point must be a scalar or 1-D of length {b.shape[-1]} (B's "
                              f"columns), got shape {np.shape(b_zero)}")
@@ -219,7 +224,7 @@ class QLinearMatMul(_Quantized):
 
 def _integer_conv(conv_attributes: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Exact integer convolution through the float64 Conv (products of 16-bit integers fit in 53 bits)."""
-    from d5.frameworks.reference.operators.conv import Conv
+    from d5.frameworks.reference.operators.convolution import Conv
 
     y = Conv(**conv_attributes).forward([x.astype(np.float64), w.astype(np.float64)])
     return np.rint(y).astype(np.int64)
@@ -239,9 +244,8 @@ class _ConvAttributes(_Quantized):
         super().__init__()
         self.conv_attributes = {"auto_pad": auto_pad, "dilations": dilations, "group": group,
                                 "kernel_shape": kernel_shape, "pads": pads, "strides": strides}
-        check_window_attributes(type(self).__name__, auto_pad=auto_pad.decode() if isinstance(auto_pad, bytes)
-                                else str(auto_pad), kernel_shape=kernel_shape, strides=strides,
-                                dilations=dilations, pads=pads)
+        check_window_attributes(type(self).__name__, auto_pad=as_text(auto_pad), kernel_shape=kernel_shape,
+                                strides=strides, dilations=dilations, pads=pads)
 
 
 @register("ConvInteger")
@@ -250,7 +254,7 @@ class ConvInteger(_ConvAttributes):
 
     def forward(self, inputs):
         x, w = inputs[0], inputs[1]
-        x_zero, w_zero = _present(inputs, 2), _present(inputs, 3)
+        x_zero, w_zero = optional_input(inputs, 2), optional_input(inputs, 3)
         # Padding must add the *real* zero, so subtract the zero points before convolving.
         shifted_x = x.astype(np.int32) - _as_int(x_zero)
         w_zero = 0 if w_zero is None else np.asarray(w_zero).astype(np.int32)

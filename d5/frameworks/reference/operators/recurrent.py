@@ -20,7 +20,8 @@ import numpy as np
 
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.reference.kernels import compute_dtype
-from d5.frameworks.reference.operators.registry import ReferenceOp, register
+from d5.frameworks.reference.operators import ReferenceOp, register
+from d5.ops.onnx_semantics import as_text
 
 
 # ----------------------------------------------------------------------------------------- activations
@@ -67,7 +68,7 @@ class _Activation:
 
 
 def _parse_activations(op: str, names, alphas, betas, defaults: Sequence[str], directions: int) -> list[_Activation]:
-    names = [n.decode() if isinstance(n, bytes) else str(n) for n in (names or [])]
+    names = [as_text(n) for n in (names or [])]
     if not names:
         names = list(defaults) * directions
     if len(names) == len(defaults):  # one set given for a bidirectional layer: used by both directions
@@ -232,7 +233,7 @@ class _RecurrentOp(ReferenceOp):
     def __init__(self, activation_alpha=None, activation_beta=None, activations=None, clip=None,
                  direction="forward", hidden_size=None, layout=0) -> None:
         super().__init__()
-        self.direction = direction.decode() if isinstance(direction, bytes) else str(direction)
+        self.direction = as_text(direction)
         if self.direction not in ("forward", "reverse", "bidirectional"):
             raise ShapeError(f"{self.op_name}: direction must be forward, reverse or bidirectional, got {direction!r}")
         self.num_directions = 2 if self.direction == "bidirectional" else 1

@@ -1,0 +1,383 @@
+"""Reference convolutions (ONNX semantics, 1-D, 2-D and 3-D): Conv, ConvTranspose and Col2Im (no gradient).
+
+Conv is im2col + GEMM in C++ (d5._C), one image at a time; 3-D convolutions take the NumPy path, with the
+NumPy im2col/col2im of ``_windows``. Why this design: measured on LeNet-5 shapes (batch 64, float32, 2 cores,
+conv1 + conv2 forward and backward), im2col + BLAS GEMM per image inside d5._C took ~5.3-6.7 ms (PyTorch:
+~6 ms), while im2col of the whole batch in C++ followed by NumPy matmul took ~9.3-10.9 ms: a single image's
+columns stay in cache between im2col and the GEMM. The GEMM is scipy's BLAS, reached through the function
+pointers scipy exports (see d5.frameworks.reference.kernels); if they are unavailable, the NumPy path runs
+instead.
+
+ConvTranspose is the adjoint of Conv: its forward is Conv's input gradient and its input gradient is Conv's
+forward, so both reuse d5._C's im2col/col2im (``_windows``' NumPy ones for 3-D) with NumPy matmul:
+``Y = col2im(W^T X)``, ``dX = W im2col(dY)``, ``dW = X im2col(dY)^T``.
+
+>>> import numpy as np
+>>> x = np.ones((1, 1, 4, 4), np.float32)
+>>> w = np.ones((2, 1, 3, 3), np.float32)
+>>> y = Conv(pads=[1, 1, 1, 1]).forward([x, w])
+>>> y.shape, y.dtype, float(y[0, 0, 0, 0]), float(y[0, 0, 1, 1])
+((1, 2, 4, 4), dtype('float32'), 4.0, 9.0)
+>>> y = ConvTranspose(strides=[2, 2]).forward([np.ones((1, 1, 2, 2), np.float32), np.ones((1, 1, 2, 2), np.float32)])
+>>> y.shape, y.dtype, float(y.sum())
+((1, 1, 4, 4), dtype('float32'), 16.0)
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Sequence
+
+import numpy as np
+
+from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.frameworks.reference.kernels import Window2D, as_kernel_array, compute_dtype, load_native
+from d5.frameworks.reference.operators import ReferenceOp, register
+from d5.frameworks.reference.operators._checks import require_rank
+from d5.frameworks.reference.operators._windows import WindowND, resolve_window, window_kernels
+from d5.ops.onnx_semantics import as_text, check_window_attributes, int_tuple
+from d5.ops.operator import Gradient
+
+
+def _set_window_attributes(op: ReferenceOp, op_name: str, auto_pad, dilations, group, kernel_shape, pads, strides,
+                           output_padding=None) -> None:
+    """Parse Conv's and ConvTranspose's shared attributes onto ``op`` and check them (with ConvTranspose's
+    ``output_padding``)."""
+    op.auto_pad = as_text(auto_pad)
+    op.dilations = int_tuple(dilations)
+    op.group = int(group)
+    op.kernel_shape = int_tuple(kernel_shape)
+    op.pads = int_tuple(pads)
+    op.strides = int_tuple(strides)
+    if op.group < 1:
+        raise ShapeError(f"{op_name}: group must be a positive integer, got {group}")
+    check_window_attributes(op_name, auto_pad=op.auto_pad, kernel_shape=op.kernel_shape, strides=op.strides,
+                            dilations=op.dilations, pads=op.pads, output_padding=int_tuple(output_padding))
+
+
+@register("Conv")
+class Conv(ReferenceOp):
+    """ONNX Conv: ``Y = conv(X, W) + B`` with strides, pads, dilations, groups and auto_pad.
+
+    Inputs ``X`` (N, C, H, W), (N, C, L) or (N, C, D, H, W), ``W`` (M, C/group, kernel...), optional ``B`` (M,).
+    float32 in gives float32 out, float64 gives float64 (float16 computes in float32 and is cast back;
+    mixed input dtypes give the wider one).
+
+    >>> import numpy as np
+    >>> x = np.arange(16.0).reshape(1, 1, 4, 4)
+    >>> Conv(strides=[2, 2]).forward([x, np.ones((1, 1, 2, 2))])[0, 0]
+    array([[10., 18.],
+           [42., 50.]])
+    """
+
+    #: Use the C++ im2col + BLAS kernel when scipy's BLAS is registered; False forces the NumPy path.
+    use_blas_kernel: bool = True
+
+    def __init__(self, auto_pad: str = "NOTSET", dilations: Sequence[int] | None = None, group: int = 1,
+                 kernel_shape: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+                 strides: Sequence[int] | None = None) -> None:
+        super().__init__()
+        _set_window_attributes(self, "Conv", auto_pad, dilations, group, kernel_shape, pads, strides)
+
+    # -- forward / backward ---------------------------------------------------------------------------
+
+    def forward(self, inputs):
+        x, w, b, window = self._prepare(inputs)
+        native = load_native()
+        if self._native_gemm(window, native):
+            y = native.conv2d_forward(x, w, b, window.strides, window.pads_begin, window.dilations, window.out,
+                                      self.group)
+        else:
+            y = self._forward_numpy(x, w, b, window)
+        return self._restore(y, window, output_dtype(inputs, x.dtype))
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        x, w, b, window = self._prepare(fwd_inputs)
+        dy = as_kernel_array(grads[0], x.dtype).reshape(x.shape[0], w.shape[0], *window.out)
+        native = load_native()
+        if self._native_gemm(window, native):
+            # The executor's hint: no gradient is wanted for the input of a network's first layer.
+            with_dx = self.input_grad_required is None or self.input_grad_required[0]
+            dx, dw, db = native.conv2d_backward(dy, x, w, window.strides, window.pads_begin, window.dilations,
+                                                self.group, b is not None, with_dx)
+        else:
+            dx, dw, db = self._backward_numpy(dy, x, w, b, window)
+        grad_x = None if dx is None else self._restore(dx, window, np.asarray(fwd_inputs[0]).dtype)
+        grad_w = dw.reshape(np.shape(fwd_inputs[1])).astype(np.asarray(fwd_inputs[1]).dtype, copy=False)
+        if b is None:
+            return grad_x, grad_w
+        return grad_x, grad_w, db.astype(np.asarray(fwd_inputs[2]).dtype, copy=False)
+
+    def _native_gemm(self, window: Window2D | WindowND, native) -> bool:
+        # d5._C's fused im2col + GEMM kernels are 2-D only; 3-D always runs the NumPy path.
+        return window.spatial_rank in (1, 2) and self.use_blas_kernel and native.blas_ready()
+
+    # -- NumPy path: im2col of the whole batch (C++ for 1-D/2-D, NumPy for 3-D), GEMMs with numpy.matmul -
+
+    def _forward_numpy(self, x, w, b, window: Window2D | WindowND) -> np.ndarray:
+        n, m = x.shape[0], w.shape[0]
+        columns = self._columns(x, window)                                   # (N, G, Kg, L)
+        y = np.matmul(self._grouped_weights(w), columns).reshape(n, m, *window.out)
+        if b is not None:
+            y += b.reshape(1, m, *(1,) * len(window.out))
+        return y
+
+    def _backward_numpy(self, dy, x, w, b, window: Window2D | WindowND):
+        n, m, g = x.shape[0], w.shape[0], self.group
+        dy = dy.reshape(n, g, m // g, -1)                                    # (N, G, Mg, L)
+        columns = self._columns(x, window)
+        # dW: one (Mg, L) @ (L, Kg) GEMM per image and group (transposed views, no copies), summed over N.
+        dw = np.matmul(dy, columns.transpose(0, 1, 3, 2)).sum(axis=0)
+        dcolumns = np.matmul(self._grouped_weights(w).transpose(0, 2, 1), dy)  # (N, G, Kg, L)
+        dx = window_kernels(window.spatial_rank).col2im(dcolumns.reshape(n, -1, dcolumns.shape[-1]), x.shape,
+                                                        window.kernel, window.strides, window.pads_begin,
+                                                        window.dilations, window.out)
+        db = None if b is None else dy.sum(axis=(0, 3)).reshape(m)
+        return dx, dw, db
+
+    def _grouped_weights(self, w: np.ndarray) -> np.ndarray:
+        return w.reshape(self.group, w.shape[0] // self.group, -1)
+
+    def _columns(self, x: np.ndarray, window: Window2D | WindowND) -> np.ndarray:
+        columns = window_kernels(window.spatial_rank).im2col(x, window.kernel, window.strides, window.pads_begin,
+                                                             window.dilations, window.out)
+        # Rows are channel-major, so each group's rows are one contiguous block.
+        return columns.reshape(x.shape[0], self.group, columns.shape[1] // self.group, columns.shape[2])
+
+    # -- validation -------------------------------------------------------------------------------------
+
+    def _prepare(self, inputs):
+        """X, W (lifted to 2-D for 1-D convolutions) and B as contiguous arrays of one dtype, and the window."""
+        if len(inputs) not in (2, 3):
+            raise ShapeError(f"Conv: expected inputs (X, W) or (X, W, B), got {len(inputs)} inputs")
+        x, w = np.asarray(inputs[0]), np.asarray(inputs[1])
+        b = None if len(inputs) < 3 or inputs[2] is None else np.asarray(inputs[2])
+        if x.ndim not in (3, 4, 5):
+            raise ShapeError(f"Conv: X must be (N, C, L), (N, C, H, W) or (N, C, D, H, W), got shape {x.shape}")
+        if w.ndim != x.ndim:
+            raise ShapeError(f"Conv: W must have the rank of X ({x.ndim}): (M, C/group, kernel...), got shape "
+                             f"{w.shape} for X of shape {x.shape}")
+        channels, m = x.shape[1], w.shape[0]
+        if channels % self.group or m % self.group or w.shape[1] * self.group != channels:
+            raise ShapeError(f"Conv: with group={self.group}, X of shape {x.shape} needs W of shape (M, "
+                             f"{channels / self.group:g}, kernel...) with C={channels} and M both divisible by "
+                             f"{self.group}; got W of shape {w.shape}")
+        if self.kernel_shape is not None and tuple(w.shape[2:]) != self.kernel_shape:
+            raise ShapeError(f"Conv: attribute kernel_shape={list(self.kernel_shape)} disagrees with W of shape "
+                             f"{w.shape}; fix the attribute or the weights")
+        if b is not None and b.shape != (m,):
+            raise ShapeError(f"Conv: B must have shape ({m},) (one bias per output channel), got {b.shape}")
+        dtype = compute_dtype("Conv", *(a for a in (x, w, b) if a is not None))
+        # SAME_* never pads Conv by a negative amount (onnx.reference's Conv clamps the total to 0, and so
+        # does onnxruntime wherever the two agree; see window_geometry), so nothing is ever cropped here.
+        window = resolve_window("Conv", x.shape[2:], w.shape[2:], strides=self.strides, dilations=self.dilations,
+                                pads=self.pads, auto_pad=self.auto_pad, clamp_same_pads=True)
+        if window.spatial_rank == 1:
+            x = x.reshape(x.shape[0], x.shape[1], 1, x.shape[2])
+            w = w.reshape(w.shape[0], w.shape[1], 1, w.shape[2])
+        x = as_kernel_array(x, dtype)
+        w = as_kernel_array(w, dtype)
+        b = None if b is None else as_kernel_array(b, dtype)
+        return x, w, b, window
+
+    @staticmethod
+    def _restore(array: np.ndarray, window: Window2D | WindowND, dtype: np.dtype) -> np.ndarray:
+        if window.spatial_rank == 1:
+            array = array.reshape(array.shape[0], array.shape[1], array.shape[3])
+        return array.astype(dtype, copy=False)
+
+
+def output_dtype(inputs, compute: np.dtype) -> np.dtype:
+    # Keep X's dtype when all inputs agree on it (float16 stays float16); mixed inputs get the wider type.
+    dtypes = {np.asarray(a).dtype for a in inputs if a is not None}
+    return dtypes.pop() if len(dtypes) == 1 else compute
+
+
+@register("ConvTranspose")
+class ConvTranspose(ReferenceOp):
+    """ONNX ConvTranspose: inputs ``X`` (N, C, H, W), (N, C, L) or (N, C, D, H, W), ``W`` (C, M/group, kernel...),
+    optional ``B`` (M,).
+
+    Output size per axis: ``stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - pad_begin - pad_end``,
+    or ``output_shape`` when given: the pads are then ignored and derived from it, the total
+    ``natural - output_shape`` split evenly with the odd unit at the end for ``auto_pad=SAME_UPPER`` and at
+    the beginning otherwise (ONNX's rule, as onnxruntime applies it). float32 stays float32, float64 stays
+    float64 (float16 computes in float32).
+
+    >>> import numpy as np
+    >>> x = np.arange(1.0, 3.0).reshape(1, 1, 2)
+    >>> ConvTranspose().forward([x, np.ones((1, 1, 2))])
+    array([[[1., 3., 2.]]])
+    """
+
+    def __init__(self, auto_pad: str = "NOTSET", dilations: Sequence[int] | None = None, group: int = 1,
+                 kernel_shape: Sequence[int] | None = None, output_padding: Sequence[int] | None = None,
+                 output_shape: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+                 strides: Sequence[int] | None = None) -> None:
+        super().__init__()
+        self.output_padding = int_tuple(output_padding)
+        self.output_shape = int_tuple(output_shape)
+        _set_window_attributes(self, "ConvTranspose", auto_pad, dilations, group, kernel_shape, pads, strides,
+                               output_padding)
+
+    def forward(self, inputs):
+        x, w, b, geo = self._prepare(inputs)
+        n, c = x.shape[:2]
+        g, m_per_group = self.group, w.shape[1]
+        # (G, C/G, Mg*taps)^T @ (N, G, C/G, H*W) -> columns (N, G, Mg*taps, H*W), then scatter-add.
+        wg = w.reshape(g, c // g, -1)
+        columns = np.matmul(wg.transpose(0, 2, 1), x.reshape(n, g, c // g, -1))
+        y = window_kernels(geo["rank"]).col2im(columns.reshape(n, -1, columns.shape[-1]),
+                                               (n, g * m_per_group, *geo["out"]), geo["kernel"], geo["strides"],
+                                               geo["pads_begin"], geo["dilations"], geo["in"])
+        if b is not None:
+            y += b.reshape(1, -1, *(1,) * (y.ndim - 2))
+        return self._restore(y, geo, output_dtype(inputs, x.dtype))
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        x, w, b, geo = self._prepare(fwd_inputs)
+        n, c = x.shape[:2]
+        g = self.group
+        dy = as_kernel_array(grads[0], x.dtype).reshape(n, -1, *geo["out"])
+        columns = window_kernels(geo["rank"]).im2col(dy, geo["kernel"], geo["strides"], geo["pads_begin"],
+                                                     geo["dilations"], geo["in"])
+        columns = columns.reshape(n, g, columns.shape[1] // g, columns.shape[2])   # (N, G, Mg*k, H*W)
+        wg = w.reshape(g, c // g, -1)
+        xg = x.reshape(n, g, c // g, -1)
+        dx = np.matmul(wg, columns).reshape(x.shape)
+        dw = np.matmul(xg, columns.transpose(0, 1, 3, 2)).sum(axis=0).reshape(w.shape)
+        grad_x = self._restore(dx, geo, np.asarray(fwd_inputs[0]).dtype)
+        grad_w = dw.reshape(np.shape(fwd_inputs[1])).astype(np.asarray(fwd_inputs[1]).dtype, copy=False)
+        if b is None:
+            return (grad_x, grad_w) + ((None,) if len(fwd_inputs) > 2 else ())
+        return grad_x, grad_w, dy.sum(axis=(0, *range(2, dy.ndim))).astype(np.asarray(fwd_inputs[2]).dtype, copy=False)
+
+    # -- geometry ---------------------------------------------------------------------------------------
+
+    def _geometry(self, spatial: tuple[int, ...], kernel: tuple[int, ...]) -> dict:
+        rank = len(spatial)
+        strides = self.strides or (1,) * rank
+        dilations = self.dilations or (1,) * rank
+        output_padding = self.output_padding or (0,) * rank
+        for name, values in (("strides", strides), ("dilations", dilations), ("output_padding", output_padding)):
+            if len(values) != rank:
+                raise ShapeError(f"ConvTranspose: {name} must have {rank} values (one per spatial axis), got "
+                                 f"{list(values)}")
+        if self.kernel_shape is not None and self.kernel_shape != kernel:
+            raise ShapeError(f"ConvTranspose: attribute kernel_shape={list(self.kernel_shape)} disagrees with W's "
+                             f"kernel {list(kernel)}; fix the attribute or the weights")
+        extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+        natural = [s * (i - 1) + op + e for s, i, op, e in zip(strides, spatial, output_padding, extent)]
+        if self.output_shape:
+            # ONNX: a given output_shape overrides the pads, which are derived from it; the odd unit of the
+            # total goes at the end for SAME_UPPER and at the beginning otherwise (NOTSET, SAME_LOWER).
+            if len(self.output_shape) not in (rank, rank + 2):  # the spatial sizes (or, leniently, N, C too)
+                raise ShapeError(f"ConvTranspose: output_shape must have {rank} values (one per spatial axis), got "
+                                 f"{list(self.output_shape)}")
+            out = list(self.output_shape[-rank:])
+            begin = self._derived_pads_begin(natural, out)
+        elif self.auto_pad in ("SAME_UPPER", "SAME_LOWER") and self.pads is None:
+            # output = input * stride, the pads split as above; where that is more than the unpadded output
+            # (stride > dilated kernel), the total pad is clamped at 0 and the output is the unpadded one, as
+            # onnxruntime and ONNX's shape inference (which executors plan memory with) have it.
+            out = [min(nat, i * s) for nat, i, s in zip(natural, spatial, strides)]
+            begin = self._derived_pads_begin(natural, out)
+        else:
+            pads = (0,) * (2 * rank) if self.pads is None or self.auto_pad == "VALID" else self.pads
+            if len(pads) != 2 * rank:
+                raise ShapeError(f"ConvTranspose: pads must have {2 * rank} values (begins, then ends), got {list(pads)}")
+            begin = list(pads[:rank])
+            out = [nat - pb - pe for nat, pb, pe in zip(natural, pads[:rank], pads[rank:])]
+        if any(p < 0 for p in begin) or any(o <= 0 for o in out):
+            raise UnsupportedOperatorError(
+                f"ConvTranspose: the attributes give output size {out} with leading pads {begin}; negative leading "
+                "pads and empty outputs are not supported; check output_shape/pads")
+        if rank == 1:
+            return {"in": (1, spatial[0]), "out": (1, out[0]), "kernel": (1, kernel[0]), "strides": (1, strides[0]),
+                    "dilations": (1, dilations[0]), "pads_begin": (0, begin[0]), "rank": 1}
+        return {"in": tuple(spatial), "out": tuple(out), "kernel": tuple(kernel), "strides": tuple(strides),
+                "dilations": tuple(dilations), "pads_begin": tuple(begin), "rank": rank}
+
+    def _derived_pads_begin(self, natural: list[int], out: list[int]) -> list[int]:
+        """The leading pads that turn the unpadded output size ``natural`` into ``out`` (ONNX's formula)."""
+        total = [nat - o for nat, o in zip(natural, out)]
+        if self.auto_pad == "SAME_UPPER":
+            return [t // 2 for t in total]
+        return [t - t // 2 for t in total]
+
+    def _prepare(self, inputs):
+        if len(inputs) not in (2, 3):
+            raise ShapeError(f"ConvTranspose: expected inputs (X, W) or (X, W, B), got {len(inputs)} inputs")
+        x, w = np.asarray(inputs[0]), np.asarray(inputs[1])
+        b = None if len(inputs) < 3 or inputs[2] is None else np.asarray(inputs[2])
+        if x.ndim not in (3, 4, 5):
+            raise UnsupportedOperatorError(
+                f"ConvTranspose: the reference framework implements 1-D, 2-D and 3-D transposed convolutions (3-D to "
+                f"5-D X), got X of shape {x.shape}; run this model on another framework (e.g. PyTorch)")
+        if w.ndim != x.ndim or w.shape[0] != x.shape[1] or x.shape[1] % self.group:
+            raise ShapeError(f"ConvTranspose: W must be (C, M/group, kernel...) with C = X's channels ({x.shape[1]}, "
+                             f"divisible by group={self.group}); got W {w.shape} for X {x.shape}")
+        m = w.shape[1] * self.group
+        if b is not None and b.shape != (m,):
+            raise ShapeError(f"ConvTranspose: B must have shape ({m},) (one bias per output channel), got {b.shape}")
+        dtype = compute_dtype("ConvTranspose", *(a for a in (x, w, b) if a is not None))
+        geo = self._geometry(tuple(x.shape[2:]), tuple(w.shape[2:]))
+        if geo["rank"] == 1:
+            x = x.reshape(x.shape[0], x.shape[1], 1, x.shape[2])
+            w = w.reshape(w.shape[0], w.shape[1], 1, w.shape[2])
+        x, w = as_kernel_array(x, dtype), as_kernel_array(w, dtype)
+        return x, w, (None if b is None else as_kernel_array(b, dtype)), geo
+
+    @staticmethod
+    def _restore(array: np.ndarray, geo: dict, dtype: np.dtype) -> np.ndarray:
+        if geo["rank"] == 1:
+            array = array.reshape(array.shape[0], array.shape[1], array.shape[3])
+        return array.astype(dtype, copy=False)
+
+
+@register("Col2Im")
+class Col2Im(ReferenceOp):
+    """Sum the columns of ``input`` (N, C*prod(block), L) back into an image of ``image_shape`` (the inverse
+    layout of im2col, overlapping blocks added)."""
+
+    gradient = Gradient.NONE
+
+    def __init__(self, dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+                 strides: Sequence[int] | None = None) -> None:
+        super().__init__()
+        self.dilations = int_tuple(dilations)
+        self.pads = int_tuple(pads)
+        self.strides = int_tuple(strides)
+        check_window_attributes("Col2Im", strides=self.strides, dilations=self.dilations, pads=self.pads)
+
+    def forward(self, inputs):
+        columns = require_rank("Col2Im", inputs[0], "input (N, C * prod(block_shape), L)", rank=3)
+        image = [int(v) for v in require_rank("Col2Im", inputs[1], "image_shape", rank=1)]
+        block = [int(v) for v in require_rank("Col2Im", inputs[2], "block_shape", rank=1)]
+        dims = len(image)
+        if len(block) != dims or min(image + block, default=1) < 1:
+            raise ShapeError(f"Col2Im: image_shape {image} and block_shape {block} must have the same length and "
+                             "positive entries")
+        dilations = self.dilations or [1] * dims
+        pads = self.pads or [0] * (2 * dims)
+        strides = self.strides or [1] * dims
+        n, rows, count = columns.shape
+        kernel_size = int(np.prod(block))
+        if rows % kernel_size:
+            raise ShapeError(f"Col2Im: input dimension 1 ({rows}) is not a multiple of prod(block_shape) = {kernel_size}")
+        padded_shape = [image[i] + pads[i] + pads[i + dims] for i in range(dims)]
+        blocks = [(padded_shape[i] - ((block[i] - 1) * dilations[i] + 1)) // strides[i] + 1 for i in range(dims)]
+        if int(np.prod(blocks)) != count:
+            raise ShapeError(f"Col2Im: input has {count} blocks but image_shape {image}, block_shape {block}, pads, "
+                             f"strides and dilations give {int(np.prod(blocks))}")
+        channels = rows // kernel_size
+        cols = columns.reshape([n, channels] + block + blocks)
+        out = np.zeros([n, channels] + padded_shape, dtype=columns.dtype)
+        for offset in itertools.product(*[range(k) for k in block]):
+            index = tuple(slice(o * d, o * d + (b - 1) * s + 1, s)
+                          for o, d, b, s in zip(offset, dilations, blocks, strides))
+            out[(slice(None), slice(None)) + index] += cols[(slice(None), slice(None)) + offset]
+        crop = tuple(slice(pads[i], pads[i] + image[i]) for i in range(dims))
+        return np.ascontiguousarray(out[(slice(None), slice(None)) + crop])
+
+
+__all__ = ["Col2Im", "Conv", "ConvTranspose"]

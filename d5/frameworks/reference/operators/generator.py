@@ -1,0 +1,157 @@
+"""Reference generators (ONNX semantics, newest opset): Constant, ConstantOfShape, Range and EyeLike.
+
+None of them has a gradient: Constant and ConstantOfShape declare ``Gradient.NONE`` (their inputs, if any, are
+integer shapes); EyeLike's output is locally constant and Range's is treated as constant (``Gradient.ZERO``).
+
+>>> import numpy as np
+>>> from d5.frameworks.reference.operators import create_operator
+>>> create_operator("Range", {}).forward([np.array(1), np.array(7), np.array(2)])
+array([1, 3, 5])
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from d5.errors import ShapeError
+from d5.frameworks.reference.operators import ReferenceOp, register
+from d5.frameworks.reference.operators._checks import int_list, onnx_dtype, scalar_input
+from d5.network.memory import check_allocation
+from d5.ops.onnx_semantics import as_text
+from d5.ops.operator import Gradient
+
+
+def tensor_attribute(value: Any) -> np.ndarray:
+    """A tensor-valued attribute (an ``onnx.TensorProto`` or anything numpy accepts) as an ndarray.
+
+    >>> tensor_attribute([1.5]).dtype
+    dtype('float64')
+    """
+    if hasattr(value, "data_type") and hasattr(value, "dims"):  # an onnx.TensorProto, decoded lazily
+        from onnx import numpy_helper
+        return numpy_helper.to_array(value)
+    return np.asarray(value)
+
+
+@register("Constant")
+class Constant(ReferenceOp):
+    """A constant tensor from exactly one of the attributes ``value`` (tensor), ``value_float(s)``,
+    ``value_int(s)``, ``value_string(s)``."""
+
+    gradient = Gradient.NONE
+
+    def __init__(self, value: Any = None, value_float: float | None = None, value_floats: Sequence[float] | None = None,
+                 value_int: int | None = None, value_ints: Sequence[int] | None = None,
+                 value_string: Any = None, value_strings: Sequence[Any] | None = None, sparse_value: Any = None) -> None:
+        super().__init__()
+        given = {name: v for name, v in [("value", value), ("value_float", value_float), ("value_floats", value_floats),
+                                          ("value_int", value_int), ("value_ints", value_ints),
+                                          ("value_string", value_string), ("value_strings", value_strings),
+                                          ("sparse_value", sparse_value)] if v is not None}
+        if len(given) != 1:
+            raise ShapeError(f"Constant: exactly one value attribute must be set, got {sorted(given) or 'none'}")
+        if sparse_value is not None:
+            raise ShapeError("Constant: sparse_value is not supported by the reference framework; use a dense 'value'")
+        if value is not None:
+            self.value = tensor_attribute(value)
+        elif value_float is not None or value_floats is not None:
+            self.value = np.asarray(value_float if value_floats is None else list(value_floats), dtype=np.float32)
+        elif value_int is not None or value_ints is not None:
+            self.value = np.asarray(value_int if value_ints is None else list(value_ints), dtype=np.int64)
+        else:
+            strings = [value_string] if value_strings is None else list(value_strings)
+            decoded = [as_text(s) for s in strings]
+            self.value = np.asarray(decoded[0] if value_strings is None else decoded, dtype=object)
+
+    def forward(self, inputs):
+        return self.value
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        return ()
+
+
+@register("ConstantOfShape")
+class ConstantOfShape(ReferenceOp):
+    """A tensor of the shape given by the (int64) input, filled with ``value`` (a one-element tensor; default
+    float32 0)."""
+
+    gradient = Gradient.NONE
+
+    def __init__(self, value: Any = None) -> None:
+        super().__init__()
+        self.value = np.zeros(1, np.float32) if value is None else tensor_attribute(value)
+        if self.value.size != 1:
+            raise ShapeError(f"ConstantOfShape: value must hold exactly one element, got shape {self.value.shape}")
+
+    def forward(self, inputs):
+        shape = int_list(inputs[0])
+        if any(d < 0 for d in shape):
+            raise ShapeError(f"ConstantOfShape: dimensions must be non-negative, got {shape}")
+        check_allocation("ConstantOfShape output", shape, self.value.dtype)
+        return np.full(shape, self.value.reshape(()), dtype=self.value.dtype)
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        return None
+
+
+_RANGE_STASH_DTYPES = {1: np.dtype(np.float32), 11: np.dtype(np.float64)}
+
+
+@register("Range")
+class Range(ReferenceOp):
+    """``start, start + delta, ...`` up to (excluding) ``limit``; scalars of one dtype in, the same dtype out.
+
+    ``stash_type`` (opset 27; 1 = float32, 11 = float64) is the precision float16/bfloat16 inputs are computed
+    in before the result is cast back; it has no effect on other types. Without it (older opsets) the
+    elements are computed in the inputs' own dtype.
+    """
+
+    # The element count is piecewise constant in the inputs; d5 treats the values as constants too (no gradient
+    # reaches start or delta), as it always has: backpropagation stops here instead of failing.
+    gradient = Gradient.ZERO
+
+    def __init__(self, stash_type: int | None = None) -> None:
+        super().__init__()
+        if stash_type is not None and int(stash_type) not in _RANGE_STASH_DTYPES:
+            raise ShapeError(f"Range: stash_type must be 1 (FLOAT) or 11 (DOUBLE), got {stash_type}")
+        self.stash_dtype = None if stash_type is None else _RANGE_STASH_DTYPES[int(stash_type)]
+
+    def forward(self, inputs):
+        for value, what in zip(inputs[:3], ("start", "limit", "delta")):
+            scalar_input("Range", value, what, float)  # each must be one number
+        start, limit, delta = (np.asarray(v).reshape(()) for v in inputs[:3])
+        if delta == 0:
+            raise ShapeError("Range: delta must not be 0")
+        dtype = start.dtype
+        compute = self.stash_dtype if self.stash_dtype is not None and dtype.name in ("float16", "bfloat16") else dtype
+        start, delta = start.astype(compute), delta.astype(compute)
+        steps = (float(limit) - float(start)) / float(delta)
+        if not math.isfinite(steps):
+            raise ShapeError(f"Range: start {start}, limit {limit} and delta {delta} give no finite number of elements")
+        count = max(int(math.ceil(steps)), 0)
+        check_allocation("Range output", [count], compute)
+        return (start + np.arange(count, dtype=compute) * delta).astype(dtype, copy=False)
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        return None, None, None
+
+
+@register("EyeLike")
+class EyeLike(ReferenceOp):
+    """A 2-D identity-like matrix shaped like the input, ones on diagonal ``k``, of ``dtype`` (default: the
+    input's)."""
+
+    gradient = Gradient.ZERO  # an identity: locally constant
+
+    def __init__(self, dtype: int | None = None, k: int = 0) -> None:
+        super().__init__()
+        self.dtype, self.k = dtype, int(k)
+
+    def forward(self, inputs):
+        x = inputs[0]
+        if x.ndim != 2:
+            raise ShapeError(f"EyeLike: the input must be 2-D, got shape {x.shape}")
+        dtype = x.dtype if self.dtype is None else onnx_dtype(self.dtype)
+        return np.eye(x.shape[0], x.shape[1], k=self.k, dtype=dtype)

@@ -1,0 +1,659 @@
+"""Reference image operators (ONNX semantics, newest opset; older attribute forms accepted): Resize (nearest /
+linear / cubic, every coordinate_transformation_mode, scales or sizes, antialias, keep_aspect_ratio_policy,
+axes), GridSample, AffineGrid, CenterCropPad, RoiAlign and NonMaxSuppression.
+
+Resize is separable: each resized axis is a matrix ``W`` (output length x input length) applied along that
+axis, which also makes its gradient ``W.T``. Resize and AffineGrid have gradients; the others declare
+``Gradient.NONE``.
+
+>>> import numpy as np
+>>> from d5.frameworks.reference.operators import create_operator
+>>> x = np.array([[[[1., 2.], [3., 4.]]]])
+>>> create_operator("Resize", {"mode": "nearest"}).forward([x, None, np.array([1., 1., 2., 2.])])[0, 0]
+array([[1., 1., 2., 2.],
+       [1., 1., 2., 2.],
+       [3., 3., 4., 4.],
+       [3., 3., 4., 4.]])
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from d5.errors import ShapeError
+from d5.frameworks.reference.operators import ReferenceOp, register
+from d5.frameworks.reference.operators._checks import optional_array, require_rank, scalar_input
+from d5.ops.onnx_semantics import as_text, int_tuple
+from d5.ops.operator import Gradient
+
+
+def _cast_like(values: np.ndarray, like: np.ndarray) -> np.ndarray:
+    if np.issubdtype(like.dtype, np.integer):
+        info = np.iinfo(like.dtype)
+        return np.clip(np.rint(values), info.min, info.max).astype(like.dtype)
+    return values.astype(like.dtype)
+
+
+def _apply_along(matrix: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
+    """``matrix @ x`` along ``axis`` of ``x`` (the axis keeps its place)."""
+    return np.moveaxis(np.tensordot(matrix, x, axes=([1], [axis])), 0, axis)
+
+
+# ------------------------------------------------------------------------------------------------- Resize
+
+def _cubic_kernel(distance: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel with parameter ``a`` at ``|distance|``."""
+    d = np.abs(distance)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+@register("Resize")
+class Resize(ReferenceOp):
+    """Resize ``X`` by ``scales`` or to ``sizes`` (inputs: X, roi, scales, sizes; opset 10: X, scales).
+
+    >>> Resize(mode="linear").forward([np.array([[0., 4.]]), None, np.array([1., 2.])])
+    array([[0., 1., 3., 4.]])
+    """
+
+    def __init__(self, mode: str = "nearest", coordinate_transformation_mode: str = "half_pixel",
+                 nearest_mode: str = "round_prefer_floor", cubic_coeff_a: float = -0.75, exclude_outside: int = 0,
+                 extrapolation_value: float = 0.0, antialias: int = 0, axes: Sequence[int] | None = None,
+                 keep_aspect_ratio_policy: str = "stretch") -> None:
+        super().__init__()
+        self.mode = as_text(mode)
+        if self.mode not in ("nearest", "linear", "cubic"):
+            raise ShapeError(f"Resize: unknown mode {self.mode!r}; use nearest, linear or cubic")
+        self.coordinate_mode = as_text(coordinate_transformation_mode)
+        self.nearest_mode = as_text(nearest_mode)
+        self.cubic_a = float(cubic_coeff_a)
+        self.exclude_outside = bool(exclude_outside)
+        self.extrapolation_value = float(extrapolation_value)
+        self.antialias = bool(antialias) and self.mode != "nearest"
+        self.axes = int_tuple(axes)
+        self.policy = as_text(keep_aspect_ratio_policy)
+
+    # -- geometry
+    def _plan(self, inputs) -> list[tuple[int, float, int, tuple[float, float] | None]]:
+        """(axis, scale, output length, roi) for every axis that changes."""
+        x = require_rank("Resize", inputs[0], "X", at_least=1)
+        ndim = x.ndim
+        if self.axes is not None and not all(-ndim <= a < ndim for a in self.axes):
+            raise ShapeError(f"Resize: axes {self.axes} out of range for X of rank {ndim}; use axes in [{-ndim}, {ndim})")
+        if len(inputs) == 2:  # opset 10: (X, scales), asymmetric coordinates
+            roi, scales, sizes = None, optional_array(inputs, 1), None
+        else:
+            roi, scales, sizes = (optional_array(inputs, i) for i in (1, 2, 3))
+        axes = list(range(ndim)) if self.axes is None else [a % ndim for a in self.axes]
+        if scales is None and sizes is None:
+            raise ShapeError("Resize: give either scales or sizes")
+        if sizes is not None:
+            sizes = [int(s) for s in sizes.reshape(-1)]
+            if len(sizes) != len(axes):
+                raise ShapeError(f"Resize: {len(sizes)} sizes for {len(axes)} axes")
+            if min(sizes, default=0) < 0:
+                raise ShapeError(f"Resize: sizes must not be negative, got {sizes}")
+            scale_of = {a: s / x.shape[a] for a, s in zip(axes, sizes)}
+            if self.policy != "stretch":
+                pick = min if self.policy == "not_larger" else max
+                common = pick(scale_of.values())
+                scale_of = dict.fromkeys(axes, common)
+                length_of = {a: int(common * x.shape[a] + 0.5) for a in axes}
+            else:
+                length_of = dict(zip(axes, sizes))
+        else:
+            scales = [float(s) for s in scales.reshape(-1)]
+            if len(scales) != len(axes):
+                raise ShapeError(f"Resize: {len(scales)} scales for {len(axes)} axes")
+            scale_of = dict(zip(axes, scales))
+            length_of = {a: int(s * x.shape[a]) for a, s in scale_of.items()}
+        roi_of: dict[int, tuple[float, float]] = {}
+        if roi is not None and self.coordinate_mode == "tf_crop_and_resize":
+            roi = roi.reshape(-1).astype(np.float64)
+            count = len(axes)
+            if roi.size != 2 * count:
+                raise ShapeError(f"Resize: roi must hold 2 values per resized axis (starts, then ends): {2 * count} "
+                                 f"for {count} axes, got {roi.size}")
+            roi_of = {a: (roi[i], roi[count + i]) for i, a in enumerate(axes)}
+        plan = []
+        for axis in axes:
+            scale, length, window = scale_of[axis], length_of[axis], roi_of.get(axis)
+            identity = np.isclose(scale, 1.0) and length == x.shape[axis] and (
+                window is None or (np.isclose(window[0], 0.0) and np.isclose(window[1], 1.0)))
+            if not identity:
+                plan.append((axis, scale, length, window))
+        return plan
+
+    def _source_coordinates(self, out_len: int, in_len: int, scale: float, window, opset10: bool):
+        y = np.arange(out_len, dtype=np.float64)
+        mode = "asymmetric" if opset10 else self.coordinate_mode
+        # ONNX's reference computes the "resized length" as scale * input length, a float; matching it
+        # matters for align_corners / half_pixel_symmetric with scales that do not divide evenly.
+        resized = scale * in_len
+        outside = None
+        if mode == "align_corners":
+            x = np.zeros(out_len) if resized == 1 else y * (in_len - 1) / (resized - 1)
+        elif mode == "asymmetric":
+            x = y / scale
+        elif mode == "pytorch_half_pixel":
+            x = np.full(out_len, -0.5) if resized == 1 else (y + 0.5) / scale - 0.5
+        elif mode == "half_pixel":
+            x = (y + 0.5) / scale - 0.5
+        elif mode == "half_pixel_symmetric":
+            offset = in_len / 2 * (1 - out_len / resized)
+            x = offset + (y + 0.5) / scale - 0.5
+        elif mode == "tf_crop_and_resize":
+            start, end = window if window is not None else (0.0, 1.0)
+            if resized == 1:
+                x = np.full(out_len, (end - start) * (in_len - 1) / 2)
+            else:
+                x = y * (end - start) * (in_len - 1) / (resized - 1)
+            x = x + start * (in_len - 1)
+            outside = (x < 0) | (x > in_len - 1)
+        else:
+            raise ShapeError(f"Resize: unknown coordinate_transformation_mode {mode!r}")
+        return x, outside
+
+    def _taps(self, ratio: np.ndarray, exact: np.ndarray, scale: float) -> tuple[np.ndarray, int]:
+        """Weights (out_len x n) of the n input points around each source coordinate, left to right."""
+        if self.mode == "nearest":
+            mode = self.nearest_mode
+            if mode == "round_prefer_floor":
+                right = ratio > 0.5
+            elif mode == "round_prefer_ceil":
+                right = ratio >= 0.5
+            elif mode == "floor":
+                right = np.zeros_like(ratio, dtype=bool)
+            elif mode == "ceil":
+                right = np.ones_like(ratio, dtype=bool)
+            else:
+                raise ShapeError(f"Resize: unknown nearest_mode {mode!r}")
+            right = right | exact  # an exact source coordinate is its own nearest point (the right tap)
+            return np.stack([~right, right], axis=1).astype(np.float64), 2
+        # Antialiasing stretches the kernel by 1/scale when downsampling (scale < 1).
+        stretch = min(scale, 1.0) if self.antialias else 1.0
+        support = 1 if self.mode == "linear" else 2
+        first = int(np.floor(-support / stretch) + 1) if self.antialias else 1 - support
+        offsets = np.arange(first, 2 - first)  # positions of the taps relative to floor(x)
+        distance = (offsets[None, :] - ratio[:, None]) * stretch
+        if self.mode == "linear":
+            weights = np.clip(1 - np.abs(distance), 0, 1)
+        else:
+            weights = _cubic_kernel(distance, self.cubic_a)
+        if self.antialias:
+            weights = weights / weights.sum(axis=1, keepdims=True)
+        return weights, len(offsets)
+
+    def _matrix(self, in_len: int, out_len: int, scale: float, window, opset10: bool):
+        """The interpolation matrix of one axis and the mask of output positions set to extrapolation_value."""
+        x, outside = self._source_coordinates(out_len, in_len, scale, window, opset10)
+        base = np.floor(x)
+        exact = x == base
+        # At an exact integer the reference takes the window to its left with ratio 1 (same point, same value).
+        ratio = np.where(exact, 1.0, x - base)
+        base = np.where(exact, base - 1, base).astype(np.int64)
+        weights, taps = self._taps(ratio, exact, scale)
+        index = base[:, None] + np.arange(taps)[None, :] - (taps // 2 - 1)
+        if self.exclude_outside:
+            weights = np.where((index < 0) | (index >= in_len), 0.0, weights)
+            total = weights.sum(axis=1, keepdims=True)
+            weights = weights / np.where(total == 0, 1.0, total)
+        matrix = np.zeros((out_len, in_len))
+        rows = np.repeat(np.arange(out_len), taps)
+        # Indices past the edges read the edge value (edge padding), so their weight lands on the edge.
+        np.add.at(matrix, (rows, np.clip(index, 0, in_len - 1).reshape(-1)), weights.reshape(-1))
+        if outside is not None:
+            matrix[outside] = 0.0
+        return matrix, outside
+
+    def forward(self, inputs):
+        x = inputs[0]
+        opset10 = len(inputs) == 2
+        result = x.astype(np.float64)
+        for axis, scale, length, window in self._plan(inputs):
+            matrix, outside = self._matrix(result.shape[axis], length, scale, window, opset10)
+            result = _apply_along(matrix, result, axis)
+            if outside is not None and outside.any():
+                shape = [1] * result.ndim
+                shape[axis] = length
+                result = np.where(outside.reshape(shape), self.extrapolation_value, result)
+        return _cast_like(result, x)
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        x = fwd_inputs[0]
+        opset10 = len(fwd_inputs) == 2
+        lengths, matrices = list(x.shape), []
+        for axis, scale, length, window in self._plan(fwd_inputs):
+            matrices.append((axis, self._matrix(lengths[axis], length, scale, window, opset10)[0]))
+            lengths[axis] = length
+        grad = grads[0].astype(np.float64)
+        for axis, matrix in reversed(matrices):
+            grad = _apply_along(matrix.T, grad, axis)
+        return (grad.astype(grads[0].dtype),) + (None,) * (len(fwd_inputs) - 1)
+
+
+# --------------------------------------------------------------------------------------------- GridSample
+
+def _reflect(x: np.ndarray, low: float, high: float) -> np.ndarray:
+    """Fold coordinates back into ``[low, high]`` by mirroring at the borders (repeatedly)."""
+    span = high - low
+    if span <= 0:
+        return np.full_like(x, low)
+    below, above = low - x, x - high
+    folds_below, folds_above = np.floor(below / span), np.floor(above / span)
+    rest_below, rest_above = below - folds_below * span, above - folds_above * span
+    from_below = np.where(folds_below % 2 == 0, low + rest_below, high - rest_below)
+    from_above = np.where(folds_above % 2 == 0, high - rest_above, low + rest_above)
+    return np.where(x < low, from_below, np.where(x > high, from_above, x))
+
+
+@register("GridSample")
+class GridSample(ReferenceOp):
+    """Sample ``X`` (N, C, *spatial) at the normalized coordinates of ``grid`` (N, *out, ndim), last axis
+    in (x, y[, z]) order, with ``mode`` nearest / linear / cubic (opset 16: bilinear / bicubic)."""
+
+    gradient = Gradient.NONE
+
+    def __init__(self, align_corners: int = 0, mode: str = "linear", padding_mode: str = "zeros") -> None:
+        super().__init__()
+        self.align_corners = bool(align_corners)
+        self.mode = {"bilinear": "linear", "bicubic": "cubic"}.get(as_text(mode), as_text(mode))
+        self.padding_mode = as_text(padding_mode)
+        if self.mode not in ("nearest", "linear", "cubic"):
+            raise ShapeError(f"GridSample: unknown mode {mode!r}; use nearest, linear or cubic")
+        if self.padding_mode not in ("zeros", "border", "reflection"):
+            raise ShapeError(f"GridSample: unknown padding_mode {padding_mode!r}; use zeros, border or reflection")
+
+    def _taps(self, coordinate: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(index, weight) pairs of the input points each coordinate reads."""
+        if self.mode == "nearest":
+            return [(coordinate.astype(np.int64), np.ones_like(coordinate))]
+        base = np.floor(coordinate)
+        t = coordinate - base
+        base = base.astype(np.int64)
+        if self.mode == "linear":
+            return [(base, 1 - t), (base + 1, t)]
+        return [(base + k, _cubic_kernel(t - k, -0.75)) for k in (-1, 0, 1, 2)]
+
+    def forward(self, inputs):
+        x = require_rank("GridSample", inputs[0], "X (N, C, *spatial)", at_least=3)
+        grid = require_rank("GridSample", inputs[1], "grid (N, *output, spatial rank)", rank=x.ndim).astype(np.float64)
+        spatial = x.shape[2:]
+        if grid.shape[-1] != len(spatial) or grid.shape[0] != x.shape[0]:
+            raise ShapeError(f"GridSample: grid of shape {grid.shape} does not match X of shape {x.shape}; "
+                             f"expected (N, *output, {len(spatial)})")
+        batch = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
+        channels_last = np.moveaxis(x, 1, -1)
+        per_axis = []
+        for axis, size in enumerate(spatial):
+            g = grid[..., len(spatial) - 1 - axis]  # grid's last axis is (x, y, z): reversed spatial order
+            if self.align_corners:
+                coordinate, low, high = (g + 1) / 2 * (size - 1), 0.0, size - 1.0
+            else:
+                coordinate, low, high = ((g + 1) * size - 1) / 2, -0.5, size - 0.5
+            if self.mode == "nearest":
+                coordinate = np.rint(coordinate)
+            if self.padding_mode == "border":
+                coordinate = np.where((coordinate < low) | (coordinate > high),
+                                      np.clip(coordinate, 0, size - 1), coordinate)
+            elif self.padding_mode == "reflection":
+                coordinate = _reflect(coordinate, low, high)
+            taps = []
+            for index, weight in self._taps(coordinate):
+                valid = (index >= 0) & (index < size)
+                if self.padding_mode == "reflection":
+                    index = np.trunc(_reflect(index.astype(np.float64), low, high)).astype(np.int64)
+                    valid = np.ones_like(valid)
+                taps.append((np.clip(index, 0, size - 1), weight * valid))
+            per_axis.append(taps)
+        out = np.zeros(grid.shape[:-1] + (x.shape[1],))
+        for combination in itertools.product(*per_axis):
+            weight = np.prod([w for _, w in combination], axis=0)
+            out += weight[..., None] * channels_last[(batch,) + tuple(i for i, _ in combination)]
+        return _cast_like(np.moveaxis(out, -1, 1), x)
+
+
+# -------------------------------------------------------------------------------------------- AffineGrid
+
+def _normalized_positions(size: int, align_corners: bool) -> np.ndarray:
+    """The normalized coordinates of ``size`` pixels along one axis: their centres in (-1, 1), or evenly from
+    -1 to 1 with ``align_corners`` (a single pixel sits at 0 then, as in PyTorch)."""
+    if align_corners:
+        return np.linspace(-1.0, 1.0, size) if size > 1 else np.zeros(size)
+    return (2.0 * np.arange(size) + 1.0) / size - 1.0
+
+
+@register("AffineGrid")
+class AffineGrid(ReferenceOp):
+    """The GridSample grid of the affine maps ``theta``: (N, 2, 3) -> (N, H, W, 2) for ``size`` (N, C, H, W),
+    (N, 3, 4) -> (N, D, H, W, 3) for (N, C, D, H, W). Each output point's normalized coordinates
+    ``b = (x, y[, z], 1)`` map to ``theta[n] @ b``, so the gradient of theta is the sum of ``grad (x) b``;
+    ``size`` (int64) has none.
+
+    >>> import numpy as np
+    >>> theta = np.array([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+    >>> AffineGrid(align_corners=1).forward([theta, np.array([1, 1, 2, 2])])[0].tolist()
+    [[[-1.0, -1.0], [1.0, -1.0]], [[-1.0, 1.0], [1.0, 1.0]]]
+    """
+
+    def __init__(self, align_corners: int = 0) -> None:
+        super().__init__()
+        self.align_corners = bool(align_corners)
+
+    def _base(self, inputs) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+        """theta, the (points, ndim + 1) homogeneous base coordinates in row-major order, and the output size."""
+        if len(inputs) != 2 or inputs[0] is None or inputs[1] is None:
+            raise ShapeError(f"AffineGrid: expected the inputs theta and size, got {len(inputs)} inputs")
+        theta, size = np.asarray(inputs[0]), [int(v) for v in np.asarray(inputs[1]).reshape(-1)]
+        ndim = len(size) - 2
+        if ndim not in (2, 3) or theta.shape != (size[0], ndim, ndim + 1) or min(size) < 0:
+            raise ShapeError(f"AffineGrid: size must be (N, C, H, W) or (N, C, D, H, W) with theta of shape (N, 2, 3) "
+                             f"or (N, 3, 4) respectively; got size {size} and theta of shape {theta.shape}")
+        spatial = tuple(size[2:])
+        mesh = np.meshgrid(*(_normalized_positions(n, self.align_corners) for n in spatial), indexing="ij")
+        # The last coordinate axis is (x, y[, z]): the spatial axes in reverse order.
+        columns = [axis.reshape(-1) for axis in reversed(mesh)] + [np.ones(mesh[0].size)]
+        return theta, np.stack(columns, axis=1), spatial
+
+    def forward(self, inputs):
+        theta, base, spatial = self._base(inputs)
+        grid = np.einsum("nij,pj->npi", theta, base)
+        return grid.reshape((theta.shape[0],) + spatial + (theta.shape[1],)).astype(theta.dtype, copy=False)
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        theta, base, _ = self._base(fwd_inputs)
+        g = np.asarray(grads[0]).reshape(theta.shape[0], base.shape[0], theta.shape[1])
+        return np.einsum("npi,pj->nij", g, base).astype(theta.dtype, copy=False), None
+
+
+@register("CenterCropPad")
+class CenterCropPad(ReferenceOp):
+    """Center-crop or zero-pad ``input_data`` to ``shape`` along ``axes`` (default: all)."""
+
+    gradient = Gradient.NONE
+
+    def __init__(self, axes: Sequence[int] | None = None) -> None:
+        super().__init__()
+        self.axes = int_tuple(axes)
+
+    def forward(self, inputs):
+        x = inputs[0]
+        x = require_rank("CenterCropPad", x, "input_data", at_least=1)
+        target = [int(v) for v in np.asarray(inputs[1]).reshape(-1)]
+        axes = list(range(x.ndim)) if self.axes is None else [a % x.ndim for a in self.axes]
+        if len(target) != len(axes):
+            raise ShapeError(f"CenterCropPad: shape {target} has {len(target)} entries for {len(axes)} axes")
+        if min(target, default=0) < 0:
+            raise ShapeError(f"CenterCropPad: the target shape must not have negative sizes, got {target}")
+        out_shape = list(x.shape)
+        source = [slice(None)] * x.ndim
+        destination = [slice(None)] * x.ndim
+        for axis, size in zip(axes, target):
+            have = x.shape[axis]
+            out_shape[axis] = size
+            if size <= have:
+                start = (have - size) // 2
+                source[axis] = slice(start, start + size)
+            else:
+                start = (size - have) // 2
+                destination[axis] = slice(start, start + have)
+        out = np.zeros(out_shape, dtype=x.dtype)
+        out[tuple(destination)] = x[tuple(source)]
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- RoiAlign
+
+def _sample_axis(start: float, bin_size: float, bins: int, grid: int, size: int):
+    """Bilinear sampling along one axis of RoiAlign: for the ``bins * grid`` sample points, the low and high
+    pixel indices and their weights (zero for points outside ``[-1, size]``), as onnxruntime computes them."""
+    points = start + np.arange(bins)[:, None] * bin_size + (np.arange(grid)[None, :] + 0.5) * bin_size / grid
+    points = points.reshape(-1)
+    outside = (points < -1.0) | (points > size)
+    points = np.maximum(points, 0.0)
+    low = points.astype(np.int64)
+    at_edge = low >= size - 1
+    low = np.where(at_edge, size - 1, low)
+    high = np.where(at_edge, size - 1, low + 1)
+    points = np.where(at_edge, low, points)
+    frac = points - low
+    keep = ~outside
+    return low, high, (1.0 - frac) * keep, frac * keep
+
+
+@register("RoiAlign", since=16)  # opsets 10-15: RoiAlign10
+class RoiAlign(ReferenceOp):
+    """Pool each region ``rois[r] = [x1, y1, x2, y2]`` (scaled by ``spatial_scale``) of image
+    ``batch_indices[r]`` of ``X`` (N, C, H, W) into an ``output_height x output_width`` grid: each bin averages
+    (``mode='avg'``) or takes the max (``mode='max'``) of bilinear samples on a ``sampling_ratio`` grid
+    (adaptive ``ceil(roi_size / output_size)`` when 0). ``coordinate_transformation_mode='half_pixel'`` shifts the
+    coordinates by -0.5; ``'output_half_pixel'`` does not and enlarges degenerate regions to 1x1.
+
+    Max mode follows onnxruntime and the ONNX reference: the max is taken over the weighted corner terms
+    ``w_i * X[corner_i]`` of each sample, not over interpolated values. Forward only.
+    """
+
+    gradient = Gradient.NONE
+
+    def __init__(self, coordinate_transformation_mode: Any = "half_pixel", mode: Any = "avg", output_height: int = 1,
+                 output_width: int = 1, sampling_ratio: int = 0, spatial_scale: float = 1.0) -> None:
+        super().__init__()
+        self.half_pixel = as_text(coordinate_transformation_mode) == "half_pixel"
+        if as_text(coordinate_transformation_mode) not in ("half_pixel", "output_half_pixel"):
+            raise ShapeError("RoiAlign: coordinate_transformation_mode must be 'half_pixel' or 'output_half_pixel', "
+                             f"got {as_text(coordinate_transformation_mode)!r}")
+        self.mode = as_text(mode).lower()
+        if self.mode not in ("avg", "max"):
+            raise ShapeError(f"RoiAlign: mode must be 'avg' or 'max', got {as_text(mode)!r}")
+        self.out_h, self.out_w = int(output_height), int(output_width)
+        if self.out_h < 1 or self.out_w < 1:
+            raise ShapeError(f"RoiAlign: output_height and output_width must be >= 1, got {self.out_h}, {self.out_w}")
+        self.sampling_ratio, self.spatial_scale = int(sampling_ratio), float(spatial_scale)
+
+    def forward(self, inputs):
+        x, rois, batch_indices = (np.asarray(v) for v in inputs[:3])
+        if x.ndim != 4:
+            raise ShapeError(f"RoiAlign: X must be 4-D (N, C, H, W), got shape {x.shape}")
+        if rois.ndim != 2 or rois.shape[1] != 4 or batch_indices.shape != (rois.shape[0],):
+            raise ShapeError(f"RoiAlign: rois must be (num_rois, 4) and batch_indices (num_rois,), got {rois.shape} "
+                             f"and {batch_indices.shape}")
+        n, channels, height, width = x.shape
+        if batch_indices.size and (batch_indices.min() < 0 or batch_indices.max() >= n):
+            raise ShapeError(f"RoiAlign: batch_indices must lie in [0, {n}), got {batch_indices.tolist()}")
+        out = np.zeros((rois.shape[0], channels, self.out_h, self.out_w), dtype=np.float64)
+        offset = 0.5 if self.half_pixel else 0.0
+        for r, (box, image) in enumerate(zip(rois.astype(np.float64), batch_indices.astype(np.int64))):
+            x1, y1, x2, y2 = box * self.spatial_scale - offset
+            roi_w, roi_h = x2 - x1, y2 - y1
+            if not self.half_pixel:
+                roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
+            bin_h, bin_w = roi_h / self.out_h, roi_w / self.out_w
+            grid_h = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_h / self.out_h))
+            grid_w = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_w / self.out_w))
+            if grid_h <= 0 or grid_w <= 0:
+                continue  # no sample points: the bins stay 0, as in onnxruntime
+            y_low, y_high, wy_low, wy_high = _sample_axis(y1, bin_h, self.out_h, grid_h, height)
+            x_low, x_high, wx_low, wx_high = _sample_axis(x1, bin_w, self.out_w, grid_w, width)
+            image_x = x[image].astype(np.float64)
+            corners = [image_x[:, ys][:, :, xs] * (wy[:, None] * wx[None, :])
+                       for ys, wy in ((y_low, wy_low), (y_high, wy_high))
+                       for xs, wx in ((x_low, wx_low), (x_high, wx_high))]
+            shape = (channels, self.out_h, grid_h, self.out_w, grid_w)
+            if self.mode == "avg":
+                out[r] = sum(corners).reshape(shape).sum(axis=(2, 4)) / (grid_h * grid_w)
+            else:
+                out[r] = np.maximum.reduce(corners).reshape(shape).max(axis=(2, 4))
+        return out.astype(x.dtype)
+
+
+@register("NonMaxSuppression")
+class NonMaxSuppression(ReferenceOp):
+    """Greedy per-batch, per-class box selection: keep the best-scoring box, drop those overlapping it by
+    more than ``iou_threshold``, repeat. Output rows are ``[batch, class, box]`` (int64).
+
+    Inputs: boxes (B, N, 4), scores (B, C, N), optional max_output_boxes_per_class (absent: no output),
+    iou_threshold (in [0, 1], default 0) and score_threshold (keep only scores above it) scalars.
+    ``center_point_box=1`` reads boxes as ``[x_center, y_center, w, h]``, 0 as two opposite corners
+    ``[y1, x1, y2, x2]``.
+
+    Decisions equal onnxruntime's: candidates in descending score order, equal scores by box index; the IoU
+    computed in float32 with onnxruntime's formula (so a box exactly at the threshold goes the same way);
+    a box of zero (or NaN) area neither suppresses nor is suppressed.
+
+    >>> boxes = np.array([[[0, 0, 1, 1], [0, 0.1, 1, 1.1], [0, 5, 1, 6]]], np.float32)
+    >>> NonMaxSuppression().forward([boxes, np.array([[[0.9, 0.8, 0.7]]], np.float32), np.array([3]),
+    ...                              np.array([0.5], np.float32)]).tolist()
+    [[0, 0, 0], [0, 0, 2]]
+    """
+
+    gradient = Gradient.NONE
+    no_gradient_reason = "its outputs are discrete"
+
+    # The greedy loop runs over candidates in blocks: all (block member, later candidate) pairs whose boxes
+    # may overlap are tested for suppression in one vectorized step; only the bookkeeping of which member
+    # survives stays a Python loop. At most _BLOCK members and about _PAIRS pairs per step bound the memory.
+    _BLOCK = 128
+    _PAIRS = 1 << 19
+
+    def __init__(self, center_point_box: int = 0) -> None:
+        super().__init__()
+        self.center_point_box = int(center_point_box)
+        if self.center_point_box not in (0, 1):
+            raise ShapeError(f"NonMaxSuppression: center_point_box must be 0 or 1, got {center_point_box}")
+
+    def _corners(self, boxes: np.ndarray) -> np.ndarray:
+        """(…, 4) float32 boxes as ``[x_min, y_min, x_max, y_max]``, computed as onnxruntime does (in float32;
+        corners may come flipped, center-format boxes are not flipped)."""
+        boxes = boxes.astype(np.float32, copy=False)
+        if self.center_point_box:
+            xc, yc, w, h = np.moveaxis(boxes, -1, 0)
+            return np.stack([xc - w / 2, yc - h / 2, xc + w / 2, yc + h / 2], axis=-1)
+        y1, x1, y2, x2 = np.moveaxis(boxes, -1, 0)
+        return np.stack([np.minimum(x1, x2), np.minimum(y1, y2), np.maximum(x1, x2), np.maximum(y1, y2)], axis=-1)
+
+    @staticmethod
+    def _suppresses(edges: tuple, area: np.ndarray, s: np.ndarray, j: np.ndarray, limit: np.float32):
+        """The pairs of ``s`` and ``j`` (boxes of positive area) where box s suppresses box j, IoU > limit, computed
+        as onnxruntime does in float32. ``edges`` are the x_min, y_min, x_max, y_max arrays."""
+        x_min, y_min, x_max, y_max = edges
+        x0, y0 = np.maximum(x_min[s], x_min[j]), np.maximum(y_min[s], y_min[j])
+        x1, y1 = np.minimum(x_max[s], x_max[j]), np.minimum(y_max[s], y_max[j])
+        intersection = (x1 - x0) * (y1 - y0)
+        union = area[s] + area[j] - intersection
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            hit = (x1 > x0) & (y1 > y0) & (intersection > 0) & (union > 0) & (intersection / union > limit)
+        hit = np.flatnonzero(hit)
+        return s[hit], j[hit]
+
+    def _select(self, box: np.ndarray, scores: np.ndarray, max_boxes: int, iou_limit: np.float32,
+                score_limit: np.float32 | None) -> np.ndarray:
+        """Indices of the boxes kept for one batch entry and class, in selection order."""
+        candidates = np.arange(scores.size) if score_limit is None else np.flatnonzero(scores > score_limit)
+        order = candidates[np.argsort(-scores[candidates], kind="stable")]
+        box = box[order]  # from here on a box is named by its rank in the greedy order
+        with np.errstate(invalid="ignore", over="ignore"):
+            area = (box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])
+        can_overlap = area > 0  # boxes of zero or NaN area neither suppress nor are suppressed
+        if not can_overlap.any():
+            return order[:max_boxes]
+        edges = tuple(np.ascontiguousarray(box[:, axis]) for axis in range(4))
+        # Sweep structure: the undecided boxes that can overlap (the pool), sorted by left edge. Box j can
+        # overlap box s only if x_min[s] - widest < x_min[j] < x_max[s], a contiguous range of the pool. The
+        # lower bound is computed in float64 and widened a little, so that rounding never drops a pair; the
+        # exact float32 test follows.
+        pool = np.flatnonzero(can_overlap)
+        widest = float(np.max(edges[2][pool].astype(np.float64) - edges[0][pool])) * (1 + 2.0 ** -40)
+        lower = np.nextafter(edges[0].astype(np.float64) - widest, -np.inf)
+        pool = pool[np.argsort(edges[0][pool], kind="stable")]
+        suppressed = np.zeros(len(box), bool)
+        kept: list[int] = []
+        start = 0
+        while start < len(box):
+            if start:  # drop the boxes decided so far (suppressed, or ranked before this block): it stays sorted
+                pool = pool[(pool >= start) & ~suppressed[pool]]
+            left = edges[0][pool]
+            members = np.arange(start, min(start + self._BLOCK, len(box)))
+            active = members[can_overlap[members] & ~suppressed[members]]
+            lo = np.searchsorted(left, lower[active], "left")
+            hi = np.maximum(np.searchsorted(left, edges[2][active], "left"), lo)
+            # Bound the pairs examined at once; the block ends before the first active box left out.
+            fits = max(1, int(np.searchsorted(np.cumsum(hi - lo), self._PAIRS, "right")))
+            stop = int(active[fits]) if fits < active.size else int(members[-1]) + 1
+            active, lo, hi = active[:fits], lo[:fits], hi[:fits]
+            s, j = self._candidate_pairs(edges, active, lo, hi, pool)
+            s, j = self._suppresses(edges, area, s, j, iou_limit)  # s stays sorted: grouped by suppressor
+            first, last = np.searchsorted(s, members, "left"), np.searchsorted(s, members, "right")
+            for rank in range(start, stop):
+                if suppressed[rank]:
+                    continue
+                kept.append(rank)
+                if len(kept) == max_boxes:
+                    return order[kept]
+                k = rank - start
+                if last[k] > first[k]:
+                    suppressed[j[first[k]:last[k]]] = True
+            start = stop
+        return order[kept]
+
+    @staticmethod
+    def _candidate_pairs(edges: tuple, active: np.ndarray, lo: np.ndarray, hi: np.ndarray, pool: np.ndarray):
+        """The pairs (s, j) with s in ``active`` and j a later-ranked box in s's range ``pool[lo:hi]`` that
+        overlaps s vertically, grouped by s in ``active`` order."""
+        counts = hi - lo
+        # Pair number p of suppressor a (pairs numbered consecutively) reads pool[lo[a] + p - first pair of a].
+        positions = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+        positions += np.arange(positions.size)
+        j = pool[positions]
+        del positions
+        # The pair arrays are the bulk of the work: filter them at once by the cheap vertical test, and by
+        # integer positions (np.flatnonzero), which is several times faster than boolean indexing here.
+        y_min, y_max = edges[1], edges[3]
+        s = np.repeat(active, counts)
+        keep = np.minimum(y_max[s], y_max[j]) > np.maximum(y_min[s], y_min[j])
+        keep &= j > s
+        keep = np.flatnonzero(keep)
+        return s[keep], j[keep]
+
+    @staticmethod
+    def _scalar(value: Any, what: str, kind: Callable, default: Any) -> Any:
+        # An omitted optional input may also come as an empty tensor.
+        return default if value is None or np.size(value) == 0 else scalar_input("NonMaxSuppression", value, what, kind)
+
+    def forward(self, inputs):
+        inputs = list(inputs) + [None] * (5 - len(inputs))
+        boxes, scores, max_boxes, iou_threshold, score_threshold = inputs[:5]
+        boxes, scores = np.asarray(boxes), np.asarray(scores)
+        if boxes.ndim != 3 or boxes.shape[-1] != 4 or scores.ndim != 3 or scores.shape[::2] != boxes.shape[:2]:
+            raise ShapeError(f"NonMaxSuppression: boxes must be (B, N, 4) and scores (B, C, N), got "
+                             f"{boxes.shape} and {scores.shape}")
+        if boxes.dtype.kind not in "fiu" or scores.dtype.kind not in "fiu":
+            raise ShapeError(f"NonMaxSuppression: boxes and scores must be float tensors, got {boxes.dtype} and "
+                             f"{scores.dtype}")
+        max_boxes = max(self._scalar(max_boxes, "max_output_boxes_per_class (input 2)", int, 0), 0)
+        iou_limit = self._scalar(iou_threshold, "iou_threshold (input 3)", np.float32, np.float32(0))
+        if not 0 <= iou_limit <= 1:
+            raise ShapeError(f"NonMaxSuppression: iou_threshold must be in [0, 1], got {iou_limit}")
+        score_limit = self._scalar(score_threshold, "score_threshold (input 4)", np.float32, None)
+        corners = self._corners(boxes)
+        scores = scores.astype(np.float32, copy=False)
+        selected = [np.empty((0, 3), np.int64)]
+        for batch in range(scores.shape[0] if max_boxes else 0):
+            for cls in range(scores.shape[1]):
+                kept = self._select(corners[batch], scores[batch, cls], max_boxes, iou_limit, score_limit)
+                rows = np.empty((kept.size, 3), np.int64)
+                rows[:, 0], rows[:, 1], rows[:, 2] = batch, cls, kept
+                selected.append(rows)
+        return np.concatenate(selected)
+
+
+@register("RoiAlign", since=1)
+class RoiAlign10(RoiAlign):
+    """RoiAlign of opsets 10-15: no pixel shift. The attribute ``coordinate_transformation_mode`` came with
+    opset 16, whose default ``'half_pixel'`` shifts; the older schema always computes ``'output_half_pixel'``."""
+
+    def __init__(self, coordinate_transformation_mode: str = "output_half_pixel", **attributes: Any) -> None:
+        super().__init__(coordinate_transformation_mode=coordinate_transformation_mode, **attributes)

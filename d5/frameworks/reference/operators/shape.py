@@ -1,0 +1,559 @@
+"""Reference shape operators (ONNX semantics, newest opset; older attribute forms accepted): Reshape,
+Flatten, Squeeze, Unsqueeze, Transpose, Concat, Split, Slice, Pad, Tile, Expand, Shape, Size, Identity,
+DepthToSpace, SpaceToDepth and ReverseSequence.
+
+Flatten, Reshape and Identity return views of their input (no copy), and their gradients are views of the
+incoming gradient; executors treat tensors as read-only. Outputs keep their input's dtype. Shape and Size
+(int64 outputs) and ReverseSequence have no gradient.
+
+Where an input of a newer opset was an attribute in an older one (Squeeze/Unsqueeze ``axes`` before 13,
+Split ``split`` before 13, Pad ``pads``/``value`` before 11, Slice ``starts``/``ends``/``axes`` before 10),
+the attribute is accepted and used when the input is absent.
+
+>>> import numpy as np
+>>> from d5.frameworks.reference.operators import create_operator
+>>> x = np.arange(6, dtype=np.float32).reshape(2, 3)
+>>> create_operator("Transpose", {}).forward([x]).shape
+(3, 2)
+>>> create_operator("Slice", {}).forward([x, np.array([1]), np.array([3]), np.array([1])])
+array([[1., 2.],
+       [4., 5.]], dtype=float32)
+>>> create_operator("Reshape", {}).forward([np.zeros((2, 3, 4)), np.array([0, -1], dtype=np.int64)]).shape
+(2, 12)
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from d5.errors import ShapeError
+from d5.frameworks.reference.operators import ReferenceOp, register
+from d5.frameworks.reference.operators._checks import int_list, require_rank
+from d5.frameworks.reference.operators.elementwise import ensure_array, is_float, unbroadcast
+from d5.network.memory import check_allocation
+from d5.ops.onnx_semantics import as_text, normalize_axes, optional_input
+from d5.ops.operator import Gradient
+
+
+def _nones(count: int) -> tuple:
+    return (None,) * count
+
+
+def _ints_input(inputs, index: int, attribute: list[int] | None) -> list[int] | None:
+    """Input ``index`` as a list of ints, or, when the node leaves it out, the attribute older opsets used."""
+    value = int_list(optional_input(inputs, index))
+    return attribute if value is None else value
+
+
+@register("Flatten")
+class Flatten(ReferenceOp):
+    """Reshape to 2-D: dimensions before ``axis`` become the rows, the rest the columns (axis in [-r, r])."""
+
+    def __init__(self, axis: int = 1) -> None:
+        super().__init__()
+        self.axis = int(axis)
+
+    def forward(self, inputs):
+        x = inputs[0]
+        if not -x.ndim <= self.axis <= x.ndim:
+            raise ShapeError(f"Flatten: axis {self.axis} is out of range for a {x.ndim}-D input of shape {x.shape}; "
+                             f"use an axis in [{-x.ndim}, {x.ndim}]")
+        axis = self.axis % x.ndim if self.axis < 0 else self.axis
+        # Explicit sizes (not -1) so zero-size tensors reshape too.
+        return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        return grads[0].reshape(fwd_inputs[0].shape)
+
+
+def reshape_target(data_shape: tuple, shape: np.ndarray, allowzero: bool) -> tuple[int, ...]:
+    """The output shape of ONNX Reshape: 0 copies the input dimension (unless ``allowzero``), -1 is inferred.
+
+    >>> reshape_target((2, 3, 4), np.array([0, -1]), allowzero=False)
+    (2, 12)
+    """
+    if shape.ndim != 1 or not np.issubdtype(shape.dtype, np.integer):
+        raise ShapeError(f"Reshape: the shape input must be a 1-D integer (int64) tensor, got {shape.dtype} of "
+                         f"shape {shape.shape}")
+    target = [int(s) for s in shape]
+    if target.count(-1) > 1:
+        raise ShapeError(f"Reshape: at most one dimension may be -1, got shape {target}")
+    if any(s < -1 for s in target):
+        raise ShapeError(f"Reshape: dimensions must be >= -1, got shape {target}")
+    if allowzero and 0 in target and -1 in target:
+        raise ShapeError(f"Reshape: with allowzero=1 a shape may not hold both 0 and -1, got {target}")
+    if not allowzero:
+        for i, s in enumerate(target):
+            if s == 0:
+                if i >= len(data_shape):
+                    raise ShapeError(f"Reshape: shape {target} copies dimension {i} (a 0) but the input {data_shape} "
+                                     f"has only {len(data_shape)} dimensions")
+                target[i] = data_shape[i]
+    size = math.prod(data_shape)
+    if -1 in target:
+        known = math.prod(s for s in target if s != -1)
+        if known == 0 or size % known:
+            raise ShapeError(f"Reshape: cannot reshape an input of shape {tuple(data_shape)} ({size} elements) to "
+                             f"{[int(s) for s in shape]}: the -1 dimension cannot be inferred")
+        target[target.index(-1)] = size // known
+    if math.prod(target) != size:
+        raise ShapeError(f"Reshape: cannot reshape an input of shape {tuple(data_shape)} ({size} elements) to "
+                         f"{tuple(target)} ({math.prod(target)} elements)")
+    return tuple(target)
+
+
+@register("Reshape")
+class Reshape(ReferenceOp):
+    """Reshape ``data`` to the shape given as second input (int64): 0 copies the input's dimension
+    (``allowzero=0``, the default) or means a literal 0 (``allowzero=1``); one -1 is inferred."""
+
+    def __init__(self, allowzero: int = 0) -> None:
+        super().__init__()
+        self.allowzero = bool(allowzero)
+
+    def forward(self, inputs):
+        data = inputs[0]
+        return data.reshape(reshape_target(data.shape, np.asarray(inputs[1]), self.allowzero))
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        return grads[0].reshape(fwd_inputs[0].shape), None
+
+
+@register("Concat")
+class Concat(ReferenceOp):
+    """Join the inputs along ``axis`` (required, as in ONNX; negative counts from the end)."""
+
+    def __init__(self, axis: int) -> None:
+        super().__init__()
+        self.axis = int(axis)
+
+    def forward(self, inputs):
+        if not inputs:
+            raise ShapeError("Concat: needs at least one input")
+        ndim = inputs[0].ndim
+        if not -ndim <= self.axis < ndim:
+            raise ShapeError(f"Concat: axis {self.axis} is out of range for {ndim}-D inputs; use [{-ndim}, {ndim})")
+        try:
+            return np.concatenate(inputs, axis=self.axis)
+        except ValueError:
+            shapes = ", ".join(str(x.shape) for x in inputs)
+            raise ShapeError(f"Concat: inputs of shapes {shapes} must have the same rank and agree on every "
+                             f"dimension except axis {self.axis}") from None
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        axis = self.axis % fwd_inputs[0].ndim
+        boundaries = np.cumsum([x.shape[axis] for x in fwd_inputs[:-1]])
+        return tuple(np.split(grads[0], boundaries, axis=axis))
+
+
+@register("Identity")
+class Identity(ReferenceOp):
+    """Returns its input unchanged (the same array, or the same sequence or optional value)."""
+
+    def forward(self, inputs):
+        return (inputs[0],)  # a 1-tuple: a sequence (a list) is one output, not several
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        return grads[0]
+
+
+@register("Transpose")
+class Transpose(ReferenceOp):
+    """Permute the axes by ``perm`` (default: reverse them)."""
+
+    def __init__(self, perm: Sequence[int] | None = None) -> None:
+        super().__init__()
+        self.perm = int_list(perm)
+
+    def _perm(self, ndim: int) -> list[int]:
+        if self.perm is None:
+            return list(range(ndim))[::-1]
+        if sorted(self.perm) != list(range(ndim)):
+            raise ShapeError(f"Transpose: perm {self.perm} is not a permutation of the {ndim} axes of the input")
+        return self.perm
+
+    def forward(self, inputs):
+        x = inputs[0]
+        return np.transpose(x, self._perm(x.ndim))
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        return np.transpose(grads[0], np.argsort(self._perm(fwd_inputs[0].ndim)))
+
+
+@register("Squeeze")
+class Squeeze(ReferenceOp):
+    """Remove the axes of length 1 named by ``axes`` (input from opset 13, attribute before); all of them
+    when none are given."""
+
+    def __init__(self, axes: Sequence[int] | None = None) -> None:
+        super().__init__()
+        self.axes = int_list(axes)
+
+    def forward(self, inputs):
+        x = inputs[0]
+        axes = _ints_input(inputs, 1, self.axes)
+        if axes is None:
+            return x.reshape([d for d in x.shape if d != 1])
+        axes = normalize_axes("Squeeze", axes, x.ndim)
+        bad = [a for a in axes if x.shape[a] != 1]
+        if bad:
+            raise ShapeError(f"Squeeze: axes {bad} of the input of shape {x.shape} are not of length 1")
+        return x.reshape([d for i, d in enumerate(x.shape) if i not in axes])
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        return (grads[0].reshape(fwd_inputs[0].shape),) + _nones(len(fwd_inputs) - 1)
+
+
+@register("Unsqueeze")
+class Unsqueeze(ReferenceOp):
+    """Insert axes of length 1 at ``axes`` (positions in the output; input from opset 13, attribute before)."""
+
+    def __init__(self, axes: Sequence[int] | None = None) -> None:
+        super().__init__()
+        self.axes = int_list(axes)
+
+    def forward(self, inputs):
+        x = inputs[0]
+        axes = _ints_input(inputs, 1, self.axes)
+        if axes is None:
+            raise ShapeError("Unsqueeze: no axes given; pass them as the second input (opset 13+) or the attribute")
+        out_ndim = x.ndim + len(axes)
+        shape = list(x.shape)
+        for axis in sorted(normalize_axes("Unsqueeze", axes, out_ndim)):
+            shape.insert(axis, 1)
+        return x.reshape(shape)
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        return (grads[0].reshape(fwd_inputs[0].shape),) + _nones(len(fwd_inputs) - 1)
+
+
+@register("Slice")
+class Slice(ReferenceOp):
+    """``data[starts:ends:steps]`` along ``axes`` with ONNX's clamping (inputs from opset 10, attributes before)."""
+
+    def __init__(self, starts: Sequence[int] | None = None, ends: Sequence[int] | None = None,
+                 axes: Sequence[int] | None = None) -> None:
+        super().__init__()
+        self.starts, self.ends, self.axes = int_list(starts), int_list(ends), int_list(axes)
+
+    def _slices(self, inputs) -> tuple:
+        x = inputs[0]
+        if len(inputs) > 1:
+            starts, ends = int_list(inputs[1]), int_list(inputs[2])
+            axes, steps = int_list(optional_input(inputs, 3)), int_list(optional_input(inputs, 4))
+        else:
+            starts, ends, axes, steps = self.starts, self.ends, self.axes, None
+        if starts is None or ends is None:
+            raise ShapeError("Slice: starts and ends are required (inputs 1 and 2, or attributes before opset 10)")
+        axes = list(range(len(starts))) if axes is None else axes
+        steps = [1] * len(starts) if steps is None else steps
+        if not len(starts) == len(ends) == len(axes) == len(steps):
+            raise ShapeError(f"Slice: starts {starts}, ends {ends}, axes {axes} and steps {steps} must have equal lengths")
+        slices = [slice(None)] * x.ndim
+        for axis, start, end, step in zip(normalize_axes("Slice", axes, x.ndim), starts, ends, steps):
+            if step == 0:
+                raise ShapeError("Slice: a step of 0 is not allowed")
+            dim = x.shape[axis]
+            start = start + dim if start < 0 else start
+            end = end + dim if end < 0 else end
+            if step > 0:
+                start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+            else:
+                start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+            # A Python slice reads an end of -1 as "the last element"; None means "run past the front".
+            slices[axis] = slice(start, None if end < 0 else end, step)
+        return tuple(slices)
+
+    def forward(self, inputs):
+        return inputs[0][self._slices(inputs)]
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        x = fwd_inputs[0]
+        grad = np.zeros(x.shape, dtype=grads[0].dtype)
+        grad[self._slices(fwd_inputs)] = grads[0]
+        return (grad,) + _nones(len(fwd_inputs) - 1)
+
+
+@register("Split")
+class Split(ReferenceOp):
+    """Split along ``axis`` into pieces of the lengths in ``split`` (input from opset 13, attribute before),
+    or into ``num_outputs`` pieces (opset 18: all of length ceil(dim / n) but the last).
+
+    ONNX also allows neither, meaning "as many equal pieces as the node has outputs": executors tell the
+    operator that count in ``node_output_count``.
+    """
+
+    def __init__(self, axis: int = 0, split: Sequence[int] | None = None, num_outputs: int | None = None) -> None:
+        super().__init__()
+        self.axis, self.split = int(axis), int_list(split)
+        self.num_outputs = None if num_outputs is None else int(num_outputs)
+
+    def _lengths(self, inputs) -> tuple[int, list[int]]:
+        x = inputs[0]
+        axis = normalize_axes("Split", [self.axis], x.ndim)[0]
+        dim = x.shape[axis]
+        lengths = _ints_input(inputs, 1, self.split)
+        if lengths is None:
+            pieces = self.num_outputs or self.node_output_count
+            if not pieces or pieces < 1:
+                raise ShapeError("Split: give the piece lengths ('split' input or attribute) or num_outputs "
+                                 "(the number of outputs of the node)")
+            chunk = -(-dim // pieces)
+            lengths = [min(chunk, max(dim - k * chunk, 0)) for k in range(pieces)]
+        if sum(lengths) != dim or any(n < 0 for n in lengths):
+            raise ShapeError(f"Split: lengths {lengths} must be non-negative and sum to the axis length {dim}")
+        return axis, lengths
+
+    def forward(self, inputs):
+        axis, lengths = self._lengths(inputs)
+        return tuple(np.split(inputs[0], np.cumsum(lengths)[:-1], axis=axis))
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        axis, _ = self._lengths(fwd_inputs)
+        pieces = [np.zeros_like(out) if g is None else g for g, out in zip(grads, fwd_outputs)]
+        return (np.concatenate(pieces, axis=axis),) + _nones(len(fwd_inputs) - 1)
+
+
+@register("Shape")
+class Shape(ReferenceOp):
+    """The input's shape as an int64 vector, optionally only dimensions ``start:end`` (opset 15, clamped)."""
+
+    gradient = Gradient.NONE
+
+    def __init__(self, start: int = 0, end: int | None = None) -> None:
+        super().__init__()
+        self.start, self.end = int(start), None if end is None else int(end)
+
+    def forward(self, inputs):
+        shape = np.asarray(inputs[0].shape, dtype=np.int64)
+        ndim = len(shape)
+        start = min(max(self.start + ndim if self.start < 0 else self.start, 0), ndim)
+        end = ndim if self.end is None else min(max(self.end + ndim if self.end < 0 else self.end, 0), ndim)
+        return shape[start:end].copy()
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        return None
+
+
+@register("Size")
+class Size(ReferenceOp):
+    """The number of elements of the input, an int64 scalar."""
+
+    gradient = Gradient.NONE
+
+    def forward(self, inputs):
+        return np.asarray(inputs[0].size, dtype=np.int64)
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        return None
+
+
+@register("Expand")
+class Expand(ReferenceOp):
+    """Broadcast the input against ``shape`` (bidirectionally, as numpy does)."""
+
+    def forward(self, inputs):
+        x, shape = inputs[0], int_list(inputs[1])
+        try:
+            target = np.broadcast_shapes(x.shape, tuple(shape))
+        except ValueError:
+            raise ShapeError(f"Expand: the input of shape {x.shape} cannot be broadcast to {shape}") from None
+        check_allocation("Expand output", target, x.dtype)
+        # A copy, not numpy's read-only broadcast view, so consumers get an ordinary array.
+        return np.broadcast_to(x, target).copy()
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        return unbroadcast(grads[0], fwd_inputs[0].shape), None
+
+
+@register("Tile")
+class Tile(ReferenceOp):
+    """Repeat the input ``repeats[i]`` times along axis ``i``."""
+
+    def forward(self, inputs):
+        x, repeats = inputs[0], int_list(inputs[1])
+        if len(repeats) != x.ndim or any(r < 0 for r in repeats):
+            raise ShapeError(f"Tile: repeats {repeats} must hold one non-negative count per axis of the "
+                             f"{x.ndim}-D input")
+        check_allocation("Tile output", [d * r for d, r in zip(x.shape, repeats)], x.dtype)
+        return np.tile(x, repeats)
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        x, repeats = fwd_inputs[0], int_list(fwd_inputs[1])
+        # Output axis i is (repeat r_i, original d_i) in row-major order: sum over the repeat axes.
+        split = [n for pair in zip(repeats, x.shape) for n in pair]
+        grad = grads[0].reshape(split).sum(axis=tuple(range(0, 2 * x.ndim, 2)))
+        return grad.astype(grads[0].dtype, copy=False), None
+
+
+@register("Pad")
+class Pad(ReferenceOp):
+    """Pad (or, with negative pads, crop) by ``pads = [begin_0, ..., begin_n, end_0, ..., end_n]`` in mode
+    ``constant`` (with ``constant_value``), ``reflect``, ``edge`` or ``wrap``. Opset 18's ``axes`` input
+    restricts the pads to those axes; before opset 11 ``pads`` and ``value`` were attributes."""
+
+    _MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+    def __init__(self, mode: Any = "constant", pads: Sequence[int] | None = None, value: float = 0.0) -> None:
+        super().__init__()
+        mode = as_text(mode)
+        if mode not in self._MODES:
+            raise ShapeError(f"Pad: unknown mode {mode!r}; use one of {sorted(self._MODES)}")
+        self.mode, self.pads, self.value = mode, int_list(pads), float(value)
+
+    def _widths(self, inputs) -> list[tuple[int, int]]:
+        x = inputs[0]
+        pads = _ints_input(inputs, 1, self.pads)
+        if pads is None:
+            raise ShapeError("Pad: no pads given; pass them as the second input (opset 11+) or the attribute")
+        axes = int_list(optional_input(inputs, 3))
+        axes = list(range(x.ndim)) if axes is None else normalize_axes("Pad", axes, x.ndim)
+        if len(pads) != 2 * len(axes):
+            raise ShapeError(f"Pad: {len(pads)} pads for {len(axes)} axes; give a begin and an end per axis")
+        widths = [(0, 0)] * x.ndim
+        for k, axis in enumerate(axes):
+            widths[axis] = (pads[k], pads[k + len(axes)])
+        return widths
+
+    def _pad(self, x: np.ndarray, widths: list[tuple[int, int]], constant: Any) -> np.ndarray:
+        # Pad by the positive parts, then crop the negative ones.
+        positive = [(max(b, 0), max(e, 0)) for b, e in widths]
+        if self.mode == "constant":
+            out = np.pad(x, positive, mode="constant", constant_values=constant)
+        else:
+            if any(w and d == 0 for (b, e), d in zip(positive, x.shape) for w in (b, e)):
+                raise ShapeError(f"Pad: mode {self.mode!r} cannot pad an axis of length 0 (input shape {x.shape})")
+            out = np.pad(x, positive, mode=self._MODES[self.mode])
+        crop = tuple(slice(-min(b, 0), out.shape[i] + min(e, 0)) for i, (b, e) in enumerate(widths))
+        return out[crop]
+
+    def forward(self, inputs):
+        x = inputs[0]
+        constant = optional_input(inputs, 2)
+        constant = self.value if constant is None else np.asarray(constant).reshape(-1)[0]
+        widths = self._widths(inputs)
+        check_allocation("Pad output", [d + max(b, 0) + max(e, 0) for d, (b, e) in zip(x.shape, widths)], x.dtype)
+        return ensure_array(self._pad(x, widths, np.asarray(constant).astype(x.dtype)))
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        x, g = fwd_inputs[0], grads[0]
+        # Pad an array of element numbers the same way (-1 for the constant): each output element then names
+        # the input element it copies, and the gradient is a scatter-add of g onto those.
+        source = self._pad(np.arange(x.size, dtype=np.int64).reshape(x.shape), self._widths(fwd_inputs), -1)
+        copied = source >= 0
+        grad = np.zeros(x.size, dtype=g.dtype)
+        np.add.at(grad, source[copied], g[copied])
+        result = [grad.reshape(x.shape)] + [None] * (len(fwd_inputs) - 1)
+        constant = optional_input(fwd_inputs, 2)
+        if is_float(constant):
+            result[2] = np.asarray(g[~copied].sum(), dtype=constant.dtype).reshape(constant.shape)
+        return result[0] if len(result) == 1 else tuple(result)
+
+
+@register("SpaceToDepth")
+class SpaceToDepth(ReferenceOp):
+    """Move ``blocksize`` x ``blocksize`` spatial blocks into channels: (N, C, H, W) -> (N, C*b*b, H/b, W/b).
+
+    ``mode`` DCR (default) puts the block offset before the channel in the output channel index, CRD after.
+    """
+
+    def __init__(self, blocksize: int | None = None, mode: str = "DCR") -> None:
+        super().__init__()
+        if blocksize is None:
+            raise ShapeError("SpaceToDepth: the blocksize attribute is required")
+        self.blocksize, self.mode = int(blocksize), as_text(mode)
+        if self.mode not in ("DCR", "CRD"):
+            raise ShapeError(f"SpaceToDepth: unknown mode {self.mode!r}; use DCR or CRD")
+
+    def _perm(self) -> tuple:
+        # Axes of the (n, c, h/b, b, w/b, b) view in output order.
+        return (0, 3, 5, 1, 2, 4) if self.mode == "DCR" else (0, 1, 3, 5, 2, 4)
+
+    def forward(self, inputs):
+        x = require_rank("SpaceToDepth", inputs[0], "input", rank=4)
+        n, c, h, w = x.shape
+        b = self.blocksize
+        if h % b or w % b:
+            raise ShapeError(f"SpaceToDepth: spatial size {h}x{w} is not divisible by blocksize {b}")
+        blocks = x.reshape(n, c, h // b, b, w // b, b).transpose(self._perm())
+        return np.ascontiguousarray(blocks).reshape(n, c * b * b, h // b, w // b)
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        n, c, h, w = fwd_inputs[0].shape
+        b = self.blocksize
+        split = (n, c, h // b, b, w // b, b)
+        perm = self._perm()
+        g = grads[0].reshape(tuple(split[p] for p in perm)).transpose(np.argsort(perm))
+        return np.ascontiguousarray(g).reshape(n, c, h, w)
+
+
+@register("DepthToSpace")
+class DepthToSpace(ReferenceOp):
+    """Move channels into ``blocksize`` x ``blocksize`` spatial blocks (``mode`` DCR or CRD)."""
+
+    def __init__(self, blocksize: int | None = None, mode: str = "DCR") -> None:
+        super().__init__()
+        if blocksize is None:
+            raise ShapeError("DepthToSpace: the blocksize attribute is required")
+        self.blocksize, self.mode = int(blocksize), as_text(mode)
+        if self.mode not in ("DCR", "CRD"):
+            raise ShapeError(f"DepthToSpace: unknown mode {self.mode!r}; use DCR or CRD")
+
+    def _layout(self, shape) -> tuple[tuple, tuple]:
+        n, c, h, w = shape
+        b = self.blocksize
+        if c % (b * b):
+            raise ShapeError(f"DepthToSpace: {c} channels are not divisible by blocksize^2 = {b * b}")
+        if self.mode == "DCR":
+            return (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)
+        return (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
+
+    def forward(self, inputs):
+        x = require_rank("DepthToSpace", inputs[0], "input", rank=4)
+        n, c, h, w = x.shape
+        b = self.blocksize
+        split, perm = self._layout(x.shape)
+        return np.ascontiguousarray(x.reshape(split).transpose(perm)).reshape(n, c // (b * b), h * b, w * b)
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        shape = fwd_inputs[0].shape
+        split, perm = self._layout(shape)
+        permuted_shape = tuple(split[p] for p in perm)
+        g = grads[0].reshape(permuted_shape).transpose(np.argsort(perm))
+        return np.ascontiguousarray(g).reshape(shape)
+
+
+@register("ReverseSequence")
+class ReverseSequence(ReferenceOp):
+    """Reverse the first ``sequence_lens[b]`` steps along ``time_axis`` of every batch entry ``b``."""
+
+    gradient = Gradient.NONE
+
+    def __init__(self, batch_axis: int = 1, time_axis: int = 0) -> None:
+        super().__init__()
+        self.batch_axis, self.time_axis = int(batch_axis), int(time_axis)
+
+    def forward(self, inputs):
+        x, lengths = require_rank("ReverseSequence", inputs[0], "input", at_least=2), np.asarray(inputs[1])
+        if {self.batch_axis, self.time_axis} != {0, 1}:
+            raise ShapeError(f"ReverseSequence: batch_axis and time_axis must be 0 and 1 (either way round), got "
+                             f"{self.batch_axis} and {self.time_axis}")
+        batch, steps = x.shape[self.batch_axis], x.shape[self.time_axis]
+        if lengths.shape != (batch,) or lengths.dtype.kind not in "iu":
+            raise ShapeError(f"ReverseSequence: sequence_lens must be an integer tensor of shape ({batch},) (one length "
+                             f"per batch entry), got {lengths.dtype} of shape {lengths.shape}")
+        if lengths.size and (lengths.min() < 0 or lengths.max() > steps):
+            raise ShapeError(f"ReverseSequence: sequence_lens must lie in [0, {steps}] (the time axis' length), got "
+                             f"values in [{lengths.min()}, {lengths.max()}]")
+        out = x.copy()
+        for b, length in enumerate(lengths):
+            index = [slice(None)] * x.ndim
+            index[self.batch_axis] = b
+            index[self.time_axis] = slice(0, int(length))
+            source = [slice(None)] * x.ndim
+            source[self.batch_axis] = b
+            source[self.time_axis] = slice(int(length) - 1, None, -1) if length > 0 else slice(0, 0)
+            out[tuple(index)] = x[tuple(source)]
+        return out

@@ -1,0 +1,250 @@
+"""Reference signal operators (ONNX semantics, newest opset; DFT's opset-17 ``axis`` attribute is accepted
+too): DFT, STFT, the window generators HannWindow, HammingWindow and BlackmanWindow, and MelWeightMatrix.
+
+All are forward only (``Gradient.NONE``).
+
+>>> import numpy as np
+>>> from d5.frameworks.reference.operators import create_operator
+>>> create_operator("HannWindow", {"periodic": 0}).forward([np.array(3)]).tolist()
+[0.0, 1.0, 0.0]
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from d5.errors import ShapeError
+from d5.frameworks.reference.operators import ReferenceOp, register
+from d5.frameworks.reference.operators._checks import onnx_dtype, optional_array, scalar_input
+from d5.ops.operator import Gradient
+
+
+# --------------------------------------------------------------------------------------------------- DFT
+
+def _complex_signal(x: np.ndarray) -> np.ndarray:
+    """A ``[..., 1]`` (real) or ``[..., 2]`` (real, imaginary) tensor as a float64 or complex128 array."""
+    return x[..., 0].astype(np.float64) if x.shape[-1] == 1 else x[..., 0] + 1j * x[..., 1].astype(np.float64)
+
+
+def _real_pairs(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Complex ``values`` as ONNX's ``[..., 2]`` (real, imaginary) tensor of ``dtype``."""
+    return np.stack([values.real, values.imag], axis=-1).astype(dtype)
+
+
+@register("DFT")
+class DFT(ReferenceOp):
+    """Discrete Fourier transform of a real (``[..., 1]``) or complex (``[..., 2]``: real, imaginary) signal
+    along ``axis`` (input 3 of opset 20, default -2; or the opset-17 attribute), zero-padded or cut to
+    ``dft_length``. ``inverse`` gives the inverse transform (scaled by 1/n); ``onesided`` keeps the
+    ``n // 2 + 1`` non-redundant frequencies of a real signal's transform, or with ``inverse`` takes such a
+    half spectrum to a real signal (irfft; ``dft_length`` defaults to ``2 * (len - 1)``). Forward only.
+
+    A node with neither the attribute nor the input uses opset 20's default -2; opset 17-19's default was 1,
+    which is the same axis for the usual ``[batch, signal, 1|2]`` input.
+    """
+
+    gradient = Gradient.NONE
+
+    def __init__(self, axis: int | None = None, inverse: int = 0, onesided: int = 0) -> None:
+        super().__init__()
+        self.axis, self.inverse, self.onesided = axis, bool(inverse), bool(onesided)
+
+    def forward(self, inputs):
+        x = np.asarray(inputs[0])
+        if x.ndim < 2 or x.shape[-1] not in (1, 2):
+            raise ShapeError(f"DFT: input must be [..., 1] (real) or [..., 2] (complex), got shape {x.shape}")
+        length, axis_input = optional_array(inputs, 1), optional_array(inputs, 2)
+        if axis_input is not None:
+            axis = int(axis_input.reshape(-1)[0])
+        else:
+            axis = -2 if self.axis is None else int(self.axis)
+        if not -x.ndim <= axis <= x.ndim - 2 or axis == -1:
+            raise ShapeError(f"DFT: axis {axis} must be a signal axis of the rank-{x.ndim} input: "
+                             f"[{-x.ndim}, -2] or [0, {x.ndim - 2}]")
+        axis %= x.ndim
+        signal = _complex_signal(x)
+        if length is not None:
+            n = int(length.reshape(-1)[0])
+        else:
+            n = 2 * (x.shape[axis] - 1) if self.inverse and self.onesided else x.shape[axis]
+        if n < 1:
+            raise ShapeError(f"DFT: dft_length must be >= 1, got {n}")
+        if self.inverse and self.onesided:
+            return np.fft.irfft(signal, n=n, axis=axis)[..., None].astype(x.dtype)
+        result = (np.fft.ifft if self.inverse else np.fft.fft)(signal, n=n, axis=axis)
+        if self.onesided:
+            result = np.take(result, np.arange(n // 2 + 1), axis=axis)
+        return _real_pairs(result, x.dtype)
+
+
+# ------------------------------------------------------------------------------------------------ STFT
+
+def _scalar_input(op_name: str, inputs, index: int, name: str) -> int | float | None:
+    """Optional scalar (or one-element) input ``index`` as a Python number, None when absent."""
+    value = optional_array(inputs, index)
+    return None if value is None else scalar_input(op_name, value, f"input {name!r}", kind=lambda number: number)
+
+
+@register("STFT")
+class STFT(ReferenceOp):
+    """Short-time Fourier transform of ``signal`` ([batch, length, 1] real or [batch, length, 2] complex):
+    frames of ``frame_length`` samples every ``frame_step`` samples (no padding: ``1 + (length - frame_length)
+    // frame_step`` frames), each multiplied by ``window`` (default all ones) and transformed with a DFT of
+    ``frame_length`` points. Output [batch, frames, bins, 2] with ``bins = frame_length // 2 + 1`` when
+    ``onesided`` (the default) else ``frame_length``. ``frame_length`` defaults to the window's length, or
+    the signal's without a window. Forward only.
+
+    >>> import numpy as np
+    >>> out = STFT().forward([np.ones((1, 8, 1)), np.array(4), None, np.array(4)])
+    >>> out.shape, out[0, :, 0, 0].tolist()
+    ((1, 2, 3, 2), [4.0, 4.0])
+    """
+
+    gradient = Gradient.NONE
+
+    def __init__(self, onesided: int = 1) -> None:
+        super().__init__()
+        self.onesided = bool(onesided)
+
+    def forward(self, inputs):
+        x = np.asarray(inputs[0])
+        if x.ndim != 3 or x.shape[-1] not in (1, 2):
+            raise ShapeError(f"STFT: signal must be [batch, length, 1] (real) or [batch, length, 2] (complex), got "
+                             f"shape {x.shape}")
+        step = _scalar_input("STFT", inputs, 1, "frame_step")
+        window = optional_array(inputs, 2)
+        frame_length = _scalar_input("STFT", inputs, 3, "frame_length")
+        if window is not None and (window.ndim != 1 or (frame_length is not None and window.size != frame_length)):
+            raise ShapeError(f"STFT: window must be 1-D with frame_length ({frame_length}) values, got shape "
+                             f"{window.shape}")
+        if frame_length is None:
+            frame_length = x.shape[1] if window is None else window.size
+        frame_length = int(frame_length)
+        if step is None or int(step) < 1 or not 1 <= frame_length <= x.shape[1]:
+            raise ShapeError(f"STFT: frame_step must be >= 1 and frame_length in [1, {x.shape[1]}] (the signal "
+                             f"length), got frame_step {step} and frame_length {frame_length}")
+        frames = np.lib.stride_tricks.sliding_window_view(_complex_signal(x), frame_length, axis=1)[:, ::int(step)]
+        if window is not None:
+            frames = frames * window.astype(np.float64)
+        spectrum = np.fft.fft(frames, axis=-1)
+        if self.onesided:
+            spectrum = spectrum[..., :frame_length // 2 + 1]
+        return _real_pairs(spectrum, x.dtype)
+
+
+# --------------------------------------------------------------------------------------------- windows
+
+class _CosineSumWindow(ReferenceOp):
+    """``w[n] = sum_k (-1)^k a_k cos(2 pi k n / N)`` for ``n < size``, with ``N = size`` (``periodic=1``, the
+    default) or ``size - 1`` (symmetric; a symmetric window of size 1 is ``[1]``), as ``output_datatype``."""
+
+    gradient = Gradient.NONE
+
+    coefficients: tuple[float, ...] = ()
+
+    def __init__(self, periodic: int = 1, output_datatype: int = 1) -> None:
+        super().__init__()
+        self.periodic = bool(periodic)
+        try:
+            self.dtype = onnx_dtype(int(output_datatype))
+        except ShapeError:
+            raise ShapeError(f"{type(self).__name__}: output_datatype {output_datatype} is not an ONNX data type; "
+                             "use a TensorProto.DataType value such as 1 (float) or 11 (double)") from None
+
+    def forward(self, inputs):
+        name = type(self).__name__
+        size = _scalar_input(name, inputs, 0, "size")
+        if size is None or int(size) != size or size < 0:
+            raise ShapeError(f"{name}: size must be a non-negative integer scalar, got {size}")
+        size = int(size)
+        period = size if self.periodic else size - 1
+        if period == 0:
+            return np.ones(size, dtype=self.dtype)
+        phase = 2.0 * np.pi * np.arange(size) / period
+        window = sum((-1) ** k * a * np.cos(k * phase) for k, a in enumerate(self.coefficients))
+        return np.asarray(window, dtype=np.float64).astype(self.dtype)
+
+
+@register("HannWindow")
+class HannWindow(_CosineSumWindow):
+    """Hann window ``0.5 - 0.5 cos(2 pi n / N)`` (``sin^2(pi n / N)``).
+
+    >>> HannWindow(periodic=0).forward([np.array(3)]).tolist()
+    [0.0, 1.0, 0.0]
+    """
+
+    coefficients = (0.5, 0.5)
+
+
+@register("HammingWindow")
+class HammingWindow(_CosineSumWindow):
+    """Hamming window ``25/46 - 21/46 cos(2 pi n / N)`` (ONNX's exact alpha = 25/46, not PyTorch's 0.54).
+
+    >>> np.round(HammingWindow(periodic=0, output_datatype=11).forward([np.array(3)]), 4).tolist()
+    [0.087, 1.0, 0.087]
+    """
+
+    coefficients = (25.0 / 46.0, 21.0 / 46.0)
+
+
+@register("BlackmanWindow")
+class BlackmanWindow(_CosineSumWindow):
+    """Blackman window ``0.42 - 0.5 cos(2 pi n / N) + 0.08 cos(4 pi n / N)``.
+
+    >>> np.round(BlackmanWindow(periodic=0, output_datatype=11).forward([np.array(3)]), 4).tolist()
+    [-0.0, 1.0, -0.0]
+    """
+
+    coefficients = (0.42, 0.5, 0.08)
+
+
+# -------------------------------------------------------------------------------------- MelWeightMatrix
+
+@register("MelWeightMatrix")
+class MelWeightMatrix(ReferenceOp):
+    """Triangular mel filter bank, ``[dft_length // 2 + 1, num_mel_bins]``, mapping a onesided magnitude
+    spectrum to mel bins. ``num_mel_bins + 2`` points equally spaced on the mel scale
+    (``2595 log10(1 + f / 700)``) between ``lower_edge_hertz`` and ``upper_edge_hertz`` (step
+    ``range / (num_mel_bins + 2)``, as the ONNX reference) are mapped to DFT bins
+    ``floor((dft_length + 1) * f / sample_rate)``; filter ``i`` rises linearly from point ``i`` to 1 at point
+    ``i + 1`` and falls to point ``i + 2``. Output dtype ``output_datatype`` (float32 by default).
+
+    >>> m = MelWeightMatrix().forward([np.array(2), np.array(16), np.array(8000), np.array(0.0), np.array(4000.0)])
+    >>> m.shape, m.dtype
+    ((9, 2), dtype('float32'))
+    """
+
+    gradient = Gradient.NONE
+
+    def __init__(self, output_datatype: int = 1) -> None:
+        super().__init__()
+        try:
+            self.dtype = onnx_dtype(int(output_datatype))
+        except ShapeError:
+            raise ShapeError(f"MelWeightMatrix: output_datatype {output_datatype} is not an ONNX data type; use a "
+                             "TensorProto.DataType value such as 1 (float)") from None
+
+    def forward(self, inputs):
+        names = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
+        if len(inputs) != 5:
+            raise ShapeError(f"MelWeightMatrix: expected the 5 inputs {', '.join(names)}, got {len(inputs)}")
+        mel_bins, dft_length, sample_rate, low, high = (_scalar_input("MelWeightMatrix", inputs, i, n)
+                                                        for i, n in enumerate(names))
+        if None in (mel_bins, dft_length, sample_rate, low, high) or mel_bins < 1 or dft_length < 1 \
+                or sample_rate <= 0 or not 0 <= low < high:
+            raise ShapeError(f"MelWeightMatrix: need num_mel_bins >= 1, dft_length >= 1, sample_rate > 0 and "
+                             f"0 <= lower_edge_hertz < upper_edge_hertz; got {mel_bins}, {dft_length}, {sample_rate}, "
+                             f"{low}, {high}")
+        spectrogram_bins = int(dft_length) // 2 + 1
+        low_mel, high_mel = (2595.0 * np.log1p(f / 700.0) / np.log(10.0) for f in (float(low), float(high)))
+        mel = np.arange(int(mel_bins) + 2) * ((high_mel - low_mel) / (int(mel_bins) + 2)) + low_mel
+        hertz = 700.0 * np.expm1(mel / 2595.0 * np.log(10.0))
+        points = ((int(dft_length) + 1) * hertz // float(sample_rate)).astype(np.int64)
+        left, center, right = points[:-2], points[1:-1], points[2:]
+        if right[-1] > spectrogram_bins or center[-1] >= spectrogram_bins:
+            raise ShapeError(f"MelWeightMatrix: upper_edge_hertz {high} maps past the last of the {spectrogram_bins} "
+                             f"DFT bins; keep it at most sample_rate / 2 ({float(sample_rate) / 2})")
+        j = np.arange(spectrogram_bins)[:, None].astype(np.float64)
+        rising = np.where(center > left, (j - left) / np.maximum(center - left, 1), 1.0)
+        falling = (right - j) / np.maximum(right - center, 1)
+        out = np.where((j >= left) & (j <= center), rising, np.where((j > center) & (j < right), falling, 0.0))
+        return out.astype(self.dtype)

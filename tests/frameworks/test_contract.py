@@ -1,0 +1,192 @@
+"""The framework contract (d5/frameworks/base.py), checked on every installed framework package.
+
+A new framework is held to it from its first commit: the same public names and module files as the
+reference, operators filed by category, and an executor that does its duties (reads parameters every pass,
+stores gradients under the names ``network.gradient`` returns, writes running statistics back, keeps the
+pass's tensors fetchable) with results matching the reference framework's.
+"""
+from __future__ import annotations
+
+import importlib
+import pathlib
+import types
+
+import numpy as np
+import pytest
+
+import d5
+from d5.errors import D5Error, GraphError, ShapeError
+from d5.frameworks import base, reference
+from d5.network.executor import LiveNetwork
+
+FRAMEWORKS = d5.frameworks.available()
+
+
+@pytest.fixture(params=FRAMEWORKS)
+def framework(request) -> types.ModuleType:
+    return importlib.import_module(f"d5.frameworks.{request.param}")
+
+
+def _module_files(package: types.ModuleType) -> set[str]:
+    root = pathlib.Path(package.__file__).parent
+    return {str(path.relative_to(root)) for path in root.rglob("*.py")
+            if not any(part.startswith("_") and part != "__init__.py" for part in path.relative_to(root).parts)}
+
+
+def _bn_network(seed: int = 0) -> d5.Network:
+    """x -> Gemm -> BatchNormalization -> softmax cross-entropy, plus a trainable parameter the loss does not use."""
+    rng = np.random.default_rng(seed)
+    net = d5.Network("bn")
+    net.add_input("x", ("N", 3))
+    net.add_input("t", ("N",), "int64")
+    net.add_param("w", rng.normal(size=(2, 3)).astype(np.float32))
+    net.add_param("scale", np.ones(2, np.float32))
+    net.add_param("bias", np.zeros(2, np.float32))
+    net.add_param("mean", np.zeros(2, np.float32), trainable=False)
+    net.add_param("var", np.ones(2, np.float32), trainable=False)
+    net.add_param("unused", np.ones(4, np.float32))
+    net.add_node("Gemm", ["x", "w"], ["h"], transB=1)
+    net.add_node("BatchNormalization", ["h", "scale", "bias", "mean", "var"], ["y"], momentum=0.5)
+    net.add_node("SoftmaxCrossEntropyLoss", ["y", "t"], ["loss"])
+    net.add_output("y")
+    net.add_output("loss")
+    return net
+
+
+def _batch(seed: int = 1) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.normal(size=(6, 3)).astype(np.float32), "t": rng.integers(0, 2, size=6)}
+
+
+# ---------------------------------------------------------------- static contract
+def test_framework_package_keeps_the_contract(framework):
+    assert base.contract_violations(framework) == []
+    assert isinstance(framework.CAPABILITIES, base.Capabilities)
+    assert framework.NAME == framework.__name__.rsplit(".", 1)[1]
+
+
+def test_framework_package_has_the_reference_file_names(framework):
+    # Every public module file of a framework is one the reference has too, so `diff -r` shows what differs.
+    extra = _module_files(framework) - _module_files(reference)
+    assert not extra, f"{framework.__name__} has module files the reference lacks: {sorted(extra)}"
+    operators = pathlib.Path(framework.__file__).parent / "operators"
+    categories = {path.stem for path in operators.glob("*.py") if not path.stem.startswith("_")}
+    assert categories <= set(base.OPERATOR_CATEGORIES)
+
+
+def test_contract_violations_name_what_is_missing(tmp_path):
+    (tmp_path / "operators").mkdir()
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "executor.py").write_text("")
+    (tmp_path / "operators" / "__init__.py").write_text("")
+    (tmp_path / "operators" / "misc_ops.py").write_text("")
+    (tmp_path / "operators" / "_helpers.py").write_text("")
+    package = types.ModuleType("d5.frameworks.newcomer")
+    package.__file__ = str(tmp_path / "__init__.py")
+    package.NAME, package.from_model, package.CAPABILITIES = "newcomer", lambda network: None, {"gpu": True}
+    problems = "\n".join(base.contract_violations(package))
+    for missing in ("'from_onnx'", "'from_native'", "'custom_op'", "'MomentumOptimizer'", "custom_op.py",
+                    "optimizers.py", "misc_ops.py", "CAPABILITIES is a dict"):
+        assert missing in problems
+    assert "'NAME'" not in problems and "module _helpers.py" not in problems and "file executor.py" not in problems
+    with pytest.raises(D5Error, match="breaks the d5 framework contract"):
+        base.check_framework(package)
+
+
+# ---------------------------------------------------------------- executor duties
+def test_executor_derives_from_the_contract_base_and_separates_graph_from_live_state(framework):
+    net = _bn_network()
+    executor = framework.from_model(net)
+    assert isinstance(executor, base.FrameworkExecutor)
+    assert isinstance(executor.network, LiveNetwork) and isinstance(executor.graph, d5.Network)
+    assert executor.graph is not net and executor.network.graph is executor.graph
+    assert executor.network.get_params() == ["w", "scale", "bias", "unused"]
+    assert executor.network.gradient("loss") == [(p, f"{p}_grad") for p in ["w", "scale", "bias", "unused"]]
+
+
+def test_gradients_are_stored_under_their_names_and_match_the_reference(framework):
+    net, batch = _bn_network(), _batch()
+    executor, oracle = framework.from_model(net), reference.from_model(net)
+    outputs = executor.inference_and_backprop(batch, "loss")
+    expected = oracle.inference_and_backprop(batch, "loss")
+    assert all(isinstance(value, np.ndarray) for value in outputs.values())
+    np.testing.assert_allclose(outputs["loss"], expected["loss"], rtol=1e-5)
+    for param, grad_name in executor.network.gradient("loss"):
+        grad, want = executor.network.fetch_tensor(grad_name), oracle.network.fetch_tensor(grad_name)
+        assert grad.shape == net.params[param].shape and grad.dtype == net.params[param].dtype
+        np.testing.assert_allclose(grad, want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(executor.network.fetch_tensor("unused_grad"), 0)  # loss does not depend on it
+    np.testing.assert_allclose(executor.network.fetch_tensor("y"), expected["y"], rtol=1e-5)  # the pass's tensors
+
+
+def test_parameters_fed_between_passes_are_read_by_the_next_pass(framework):
+    executor, batch = framework.from_model(_bn_network()), _batch()
+    before = executor.inference(batch)["loss"]
+    executor.network.feed_tensor("w", np.zeros((2, 3), np.float32))
+    np.testing.assert_array_equal(executor.network.fetch_tensor("w"), 0)
+    after = executor.inference(batch)["loss"]
+    assert after != before
+    # Zero weights make h = 0, so inference normalizes 0 with the running statistics: y = 0 and loss = log(2).
+    np.testing.assert_allclose(after, np.log(2.0), rtol=1e-5)
+
+
+def test_running_statistics_are_written_back_and_inference_changes_nothing(framework):
+    net, batch = _bn_network(), _batch()
+    executor = framework.from_model(net)
+    executor.inference(batch)
+    np.testing.assert_array_equal(executor.network.fetch_tensor("mean"), 0)  # inference keeps the statistics
+    executor.inference_and_backprop(batch, "loss")
+    h = batch["x"] @ net.params["w"].T
+    np.testing.assert_allclose(executor.network.fetch_tensor("mean"), 0.5 * h.mean(axis=0), rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(net.params["mean"], 0)  # the user's network is never changed
+    assert not executor.network.is_trainable("mean")
+
+
+def test_live_state_refuses_bad_names_and_shapes_and_exports_current_values(framework):
+    executor = framework.from_model(_bn_network())
+    with pytest.raises(GraphError, match="did you mean 'w_grad'|no value for tensor"):
+        executor.network.fetch_tensors(["w_grd"])
+    with pytest.raises(ShapeError, match="expected shape"):
+        executor.network.feed_tensor("w", np.zeros((3, 2)))
+    executor.network.feed_tensor("w", np.full((2, 3), 0.25, np.float32))
+    exported = executor.network.to_network()
+    np.testing.assert_array_equal(exported.params["w"], 0.25)
+    assert d5.Network.from_onnx(executor.network.to_onnx()).params["w"][0, 0] == 0.25
+
+
+def test_from_onnx_runs_the_same_model_as_from_model(framework, tmp_path):
+    net, batch = _bn_network(), _batch()
+    path = tmp_path / "bn.onnx"
+    d5.save_onnx(net, path)
+    from_file = framework.from_onnx(path).inference(batch)
+    np.testing.assert_allclose(from_file["loss"], framework.from_model(net).inference(batch)["loss"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", base.OPTIMIZER_NAMES)
+def test_optimizers_under_the_reference_names_step_like_the_reference(framework, name):
+    net, batch = _bn_network(), _batch()
+    executor, oracle = framework.from_model(net), reference.from_model(net)
+    optimizer = getattr(framework, name)(executor, lr=0.01)
+    expected = getattr(reference, name)(oracle, lr=0.01)
+    for _ in range(3):
+        optimizer.step(batch)
+        expected.step(batch)
+    for param in net.get_params():
+        np.testing.assert_allclose(executor.network.fetch_tensor(param), oracle.network.fetch_tensor(param),
+                                   rtol=1e-4, atol=1e-6)
+    assert not np.allclose(executor.network.fetch_tensor("w"), net.params["w"])  # it did train
+
+
+def test_zero_copy_frameworks_fetch_the_live_values(framework):
+    """Where the capabilities promise it, fetch_tensors returns the live values (no host copy), and an
+    optimizer's update is stored without a copy per parameter."""
+    if not framework.CAPABILITIES.zero_copy_fetch:
+        pytest.skip(f"{framework.NAME} copies on fetch")
+    executor, batch = framework.from_model(_bn_network()), _batch()
+    first, second = executor.network.fetch_tensors(["w", "w"])
+    assert np.shares_memory(first, second)
+    new = np.full((2, 3), 0.5, np.float32)
+    executor.network.feed_tensor("w", new)
+    assert np.shares_memory(executor.network.fetch_tensor("w"), new)
+    executor.inference_and_backprop(batch, "loss")
+    assert np.shares_memory(executor.network.fetch_tensor("w"), new)
