@@ -21,13 +21,12 @@ from __future__ import annotations
 import importlib
 from typing import Any, Mapping
 
+from d5.frameworks.base import OPERATOR_CATEGORIES
 from d5.ops.operator import CustomOp
 from d5.ops.registry import OperatorRegistry
 
-#: The operator modules, one per ONNX category (d5.frameworks.base.OPERATOR_CATEGORIES).
-CATEGORIES = ("activation", "elementwise", "reduction", "shape", "indexing", "generator", "normalization", "pooling",
-              "convolution", "linear", "recurrent", "attention", "image", "signal", "quantization", "sequence",
-              "string", "control_flow", "loss")
+#: The operator modules, one per ONNX category: the reference implements operators of every category.
+CATEGORIES = OPERATOR_CATEGORIES
 
 
 class ReferenceOp(CustomOp):
