@@ -1,6 +1,7 @@
 """Reference image operators (ONNX semantics, newest opset; older attribute forms accepted): Resize (nearest /
 linear / cubic, every coordinate_transformation_mode, scales or sizes, antialias, keep_aspect_ratio_policy,
-axes), GridSample, AffineGrid, CenterCropPad, RoiAlign and NonMaxSuppression.
+axes), GridSample, AffineGrid, CenterCropPad, RoiAlign and NonMaxSuppression. Older schemas whose
+semantics differ have their own classes: Resize11 (opsets 10-12: ``tf_half_pixel_for_nn``) and RoiAlign10.
 
 Resize is separable: each resized axis is a matrix ``W`` (output length x input length) applied along that
 axis, which also makes its gradient ``W.T``. Resize and AffineGrid have gradients; the others declare
@@ -52,7 +53,7 @@ def _cubic_kernel(distance: np.ndarray, a: float) -> np.ndarray:
     return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
 
 
-@register("Resize")
+@register("Resize", since=13)  # opsets 10-12: Resize11
 class Resize(ReferenceOp):
     """Resize ``X`` by ``scales`` or to ``sizes`` (inputs: X, roi, scales, sizes; opset 10: X, scales).
 
@@ -657,3 +658,23 @@ class RoiAlign10(RoiAlign):
 
     def __init__(self, coordinate_transformation_mode: str = "output_half_pixel", **attributes: Any) -> None:
         super().__init__(coordinate_transformation_mode=coordinate_transformation_mode, **attributes)
+
+
+@register("Resize", since=1)
+class Resize11(Resize):
+    """Resize of opsets 10-12. Opset 10 takes (X, scales) and always maps coordinates asymmetrically; opset 11
+    takes (X, roi, scales[, sizes]), roi and scales required but commonly empty (exporters give an empty roi
+    and an empty scales tensor beside ``sizes``), and has one more ``coordinate_transformation_mode``, removed
+    at opset 13: ``'tf_half_pixel_for_nn'``, ``x_original = (x_resized + 0.5) / scale`` (TensorFlow's
+    half-pixel centers for nearest neighbour, without the ``- 0.5``).
+
+    >>> x = np.array([[0., 1., 2., 3.]])
+    >>> Resize11(coordinate_transformation_mode="tf_half_pixel_for_nn").forward(
+    ...     [x, np.zeros(0), np.zeros(0), np.array([1, 2])])
+    array([[1., 3.]])
+    """
+
+    def _source_coordinates(self, out_len: int, in_len: int, scale: float, window, opset10: bool):
+        if not opset10 and self.coordinate_mode == "tf_half_pixel_for_nn":
+            return (np.arange(out_len, dtype=np.float64) + 0.5) / scale, None
+        return super()._source_coordinates(out_len, in_len, scale, window, opset10)

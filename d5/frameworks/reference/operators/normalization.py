@@ -356,14 +356,15 @@ class LRN(ReferenceOp):
 
 # ------------------------------------------------------------------------------------- GroupNormalization
 
-@register("GroupNormalization")
+@register("GroupNormalization", since=21)  # opsets 18-20: GroupNormalization18
 class GroupNormalization(ReferenceOp):
     """``Y = scale * (X - mean) / sqrt(var + epsilon) + bias`` with statistics per instance and group of
     ``C / num_groups`` consecutive channels of X (N, C, D1, ...).
 
     ``scale`` and ``bias`` are per channel, shape (C,), since opset 21, and were per group, shape
-    (num_groups,), in opset 18. The operator is built from attributes alone, so it tells the two apart by
-    their shape (the same rule onnxruntime uses); when ``num_groups == C`` both readings agree. Statistics are
+    (num_groups,), in opset 18 (:class:`GroupNormalization18`, which refuses the per-channel form). This
+    newest version tells the two apart by their shape, so it also takes per-group parameters; when
+    ``num_groups == C`` both readings agree. Statistics are
     computed in float32 (``stash_type=1``, the default) or float64 (``stash_type=11``, or any float64 input, as
     in LayerNormalization), and Y has X's dtype. ``backward`` returns gradients for X, scale and bias.
 
@@ -429,6 +430,31 @@ class GroupNormalization(ReferenceOp):
             result.append(grad)
         dtypes = [np.asarray(a).dtype for a in fwd_inputs]
         return tuple(g.astype(t, copy=False) for g, t in zip(result, dtypes))
+
+
+@register("GroupNormalization", since=18)
+class GroupNormalization18(GroupNormalization):
+    """GroupNormalization of opsets 18-20: ``scale`` and ``bias`` per group, shape (num_groups,), no
+    ``stash_type`` attribute. ONNX deprecated this schema at opset 21 (onnx.checker refuses models that use it,
+    so d5's importer does too; onnx.version_converter turns them into opset 21's per-channel form); built
+    directly, the operator computes it and refuses per-channel (C,) parameters, as onnxruntime and ONNX's
+    reference do, rather than read them as opset 21's.
+
+    >>> x = np.arange(8.0).reshape(1, 4, 2)
+    >>> GroupNormalization18(num_groups=2).forward([x, np.ones(4), np.zeros(4)])
+    Traceback (most recent call last):
+    ...
+    d5.errors.ShapeError: GroupNormalization (opset 18-20): scale and bias must both have shape (2,) (one per group; per-channel (C,) parameters came with opset 21), got (4,) and (4,)
+    """
+
+    def _prepare(self, inputs):
+        if len(inputs) == 3 and all(a is not None for a in inputs):
+            scale, bias = np.shape(inputs[1]), np.shape(inputs[2])
+            if scale != bias or scale != (self.num_groups,):
+                raise ShapeError(f"GroupNormalization (opset 18-20): scale and bias must both have shape "
+                                 f"({self.num_groups},) (one per group; per-channel (C,) parameters came with "
+                                 f"opset 21), got {scale} and {bias}")
+        return super()._prepare(inputs)
 
 
 # ------------------------------------------------------------------------------ MeanVarianceNormalization
