@@ -58,7 +58,7 @@ def exclusion_reason(case_name: str, model) -> str | None:
     return None
 
 
-def _load_case(case) -> tuple[Any, list[tuple[list, list]]]:
+def load_case(case) -> tuple[Any, list[tuple[list, list]]]:
     import onnx
     from onnx import numpy_helper
 
@@ -107,13 +107,13 @@ def _outputs_match(expected: list, actual: Iterable, rtol: float, atol: float) -
     if len(actual) != len(expected):
         return f"{len(actual)} outputs, expected {len(expected)}"
     for index, (want, got) in enumerate(zip(expected, actual)):
-        problem = _value_matches(want, got, rtol, atol)
+        problem = value_matches(want, got, rtol, atol)
         if problem:
             return f"output {index}: {problem}"
     return None
 
 
-def _value_matches(want: Any, got: Any, rtol: float, atol: float) -> str | None:
+def value_matches(want: Any, got: Any, rtol: float, atol: float) -> str | None:
     """None when ``got`` matches ``want``: arrays by dtype, shape and values; sequences (lists) element-wise;
     empty optionals (None) only by None."""
     if want is None or got is None:
@@ -126,7 +126,7 @@ def _value_matches(want: Any, got: Any, rtol: float, atol: float) -> str | None:
         if len(got) != len(want):
             return f"a sequence of {len(got)} tensors, expected {len(want)}"
         for position, (w, g) in enumerate(zip(want, got)):
-            problem = _value_matches(w, g, rtol, atol)
+            problem = value_matches(w, g, rtol, atol)
             if problem:
                 return f"element {position}: {problem}"
         return None
@@ -177,7 +177,7 @@ def run_conformance(backend=None, kinds: Iterable[str] = KINDS, patterns: Iterab
     results = []
     for case in tqdm(cases, desc="ONNX conformance", disable=not progress):
         start = time.perf_counter()
-        model, data_sets = _load_case(case)
+        model, data_sets = load_case(case)
         operators = sorted({n.op_type for n in model.graph.node})
         reason = exclusion_reason(case.name, model)
         if reason:

@@ -29,7 +29,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from d5.bench.conformance import _load_case, _value_matches, exclusion_reason
+from d5.bench.conformance import load_case, value_matches, exclusion_reason
 
 #: The oldest opset d5 imports as it is.
 OLDEST_OPSET = 11
@@ -117,7 +117,7 @@ def _cases_by_operator() -> dict[str, list]:
     for case in _node_cases():
         if "_expanded" in case.name:
             continue
-        model = case.model if case.model is not None else _load_case(case)[0]
+        model = case.model if case.model is not None else load_case(case)[0]
         if exclusion_reason(case.name, model) is not None:
             continue
         for op_type in sorted({n.op_type for n in model.graph.node if n.domain in ("", "ai.onnx")}):
@@ -288,7 +288,7 @@ def _lower_ir_version(model, opset: int) -> None:
         model.ir_version = min(model.ir_version, min(released))
 
 
-def _ort_outputs(model, inputs: list) -> list:
+def ort_outputs(model, inputs: list) -> list:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -336,7 +336,7 @@ def _d5_runs_original(case_name: str) -> bool:
     from d5.errors import OnnxImportError, UnsupportedOperatorError
 
     case = next(c for c in _node_cases() if c.name == case_name)
-    model, data_sets = _load_case(case)
+    model, data_sets = load_case(case)
     try:
         _d5_outputs(model, data_sets[0][0] if data_sets else [])
     except (UnsupportedOperatorError, OnnxImportError):
@@ -350,7 +350,7 @@ def run_case_at(op_type: str, case, opset: int) -> list[VariantResult]:
     """Run one case at ``opset`` (each way it can be written there) on onnxruntime and on d5."""
     from d5.errors import OnnxImportError, UnsupportedOperatorError
 
-    model, data_sets = _load_case(case)
+    model, data_sets = load_case(case)
     data_sets = [([_as_value(x) for x in inputs], outputs) for inputs, outputs in data_sets]
     via = changed_operators().get(op_type, ())
     variants = [(how, variant, data_sets) for how, variant in express_at(model, opset, via, case.name)]
@@ -371,7 +371,7 @@ def run_case_at(op_type: str, case, opset: int) -> list[VariantResult]:
         results.append(result)
         for inputs, _ in data_sets:
             try:
-                expected = _ort_outputs(variant, inputs)
+                expected = ort_outputs(variant, inputs)
             except Exception as err:  # noqa: BLE001 - onnxruntime lacks this (op, opset, type)
                 result.status, result.reason = ORT_SKIP, _first_line(err)
                 break
@@ -404,7 +404,7 @@ def _mismatch(expected: list, actual: list, case) -> str | None:
     if len(actual) != len(expected):
         return f"{len(actual)} outputs, expected {len(expected)}"
     for index, (want, got) in enumerate(zip(expected, actual)):
-        issue = _value_matches(want, got, case.rtol, max(case.atol, 1e-6))
+        issue = value_matches(want, got, case.rtol, max(case.atol, 1e-6))
         if issue:
             return f"output {index}: {issue}"
     return None
@@ -415,10 +415,10 @@ def _ort_agrees_with_onnx(case_name: str) -> bool:
     """Whether onnxruntime reproduces ONNX's expected outputs of the case at the case's own opset (where it
     does not, as for Resize's align_corners downsampling, it is no oracle for that case at older opsets)."""
     case = next(c for c in _node_cases() if c.name == case_name)
-    model, data_sets = _load_case(case)
+    model, data_sets = load_case(case)
     model = _stamp(model, _default_opset(model))  # a copy, its IR version one onnxruntime reads
     try:
-        return all(_mismatch(expected, _ort_outputs(model, [_as_value(x) for x in inputs]), case) is None
+        return all(_mismatch(expected, ort_outputs(model, [_as_value(x) for x in inputs]), case) is None
                    for inputs, expected in data_sets)
     except Exception:  # noqa: BLE001 - onnxruntime cannot run it as it is: no evidence against it
         return True

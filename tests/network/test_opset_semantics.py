@@ -15,7 +15,7 @@ pytest.importorskip("onnxruntime")
 
 from d5.bench.opset_conformance import (FAIL, PASS, all_pairs, changed_operators, express_at,  # noqa: E402
                                         pair_status, run_pair)
-from d5.bench.conformance import _load_case  # noqa: E402
+from d5.bench.conformance import load_case  # noqa: E402
 
 PAIRS = all_pairs()
 
@@ -35,15 +35,15 @@ def test_softmax_at_opset_11_exercises_the_old_semantics():
     model computes the flattened softmax: onnxruntime's answer differs from the case's opset-13 one."""
     import onnx
 
-    from d5.bench.opset_conformance import _ort_outputs, cases_for
+    from d5.bench.opset_conformance import ort_outputs, cases_for
 
     case = next(c for c in cases_for("Softmax") if c.name == "test_softmax_axis_1")
-    model, data_sets = _load_case(case)
+    model, data_sets = load_case(case)
     (how, old), = express_at(model, 11)
     assert how == "converted" and [n.op_type for n in old.graph.node] == ["Softmax"]
     onnx.checker.check_model(old, full_check=True)
     inputs, expected_13 = data_sets[0]
-    assert not np.allclose(_ort_outputs(old, inputs)[0], expected_13[0], atol=1e-3)
+    assert not np.allclose(ort_outputs(old, inputs)[0], expected_13[0], atol=1e-3)
 
 
 @pytest.mark.parametrize("op_type, opset", PAIRS, ids=[f"{op}-opset{opset}" for op, opset in PAIRS])
@@ -132,12 +132,12 @@ RESIZE_CASES = _resize_cases()
 @pytest.mark.parametrize("opset, attributes, given", [c[1:] for c in RESIZE_CASES], ids=[c[0] for c in RESIZE_CASES])
 def test_resize_hand_built_at_older_opsets_matches_onnxruntime(opset, attributes, given):
     import d5
-    from d5.bench.opset_conformance import _ort_outputs
+    from d5.bench.opset_conformance import ort_outputs
     from d5.frameworks import reference
 
     x = np.random.default_rng(0).standard_normal((1, 2, 4, 5)).astype(np.float32)
     model = _resize_model(opset, attributes, list(x.shape), **given)
-    expected = _ort_outputs(model, [x])[0]
+    expected = ort_outputs(model, [x])[0]
     actual = reference.from_model(d5.load_onnx(model)).inference({"X": x})
     actual = np.asarray(actual["Y"] if isinstance(actual, dict) else actual[0])
     assert actual.shape == expected.shape
@@ -172,7 +172,7 @@ def test_group_normalization_opset_18_is_per_group(num_groups):
     """Opset 18's scale and bias are per group; onnxruntime runs that schema (through its function body),
     onnx.checker refuses it as deprecated, and so does d5's importer: the operator is checked directly."""
     import d5
-    from d5.bench.opset_conformance import _ort_outputs
+    from d5.bench.opset_conformance import ort_outputs
     from d5.errors import OnnxImportError, ShapeError
     from d5.frameworks.reference.operators import create_operator
     from d5.ops.validation import test_gradient as check_gradient
@@ -181,7 +181,7 @@ def test_group_normalization_opset_18_is_per_group(num_groups):
     x = rng.standard_normal((2, 6, 3, 2)).astype(np.float32)
     scale, bias = (rng.standard_normal(num_groups).astype(np.float32) for _ in range(2))
     model = _group_norm_model(18, num_groups, scale, bias, list(x.shape))
-    expected = _ort_outputs(model, [x])[0]
+    expected = ort_outputs(model, [x])[0]
     op = create_operator("GroupNormalization", {"num_groups": num_groups, "epsilon": 1e-3}, opset=18)
     assert type(op).__name__ == "GroupNormalization18"
     np.testing.assert_allclose(op.forward([x, scale, bias]), expected, rtol=1e-5, atol=1e-5)
