@@ -329,10 +329,7 @@ class Network:
         require_name(name, "tensor name")
         current = self._params.get(name)
         if current is not None:
-            value = np.asarray(value, dtype=current.dtype)
-            if value.shape != current.shape:
-                raise ShapeError(f"parameter {name!r}: expected shape {current.shape}, got {value.shape}")
-            self._params[name] = value
+            self._params[name] = like_param(name, value, current)
         elif is_param:
             self.add_param(name, value)
         else:
@@ -545,6 +542,15 @@ def _as_dtype(dtype: Any, name: str) -> np.dtype:
         return np.dtype(dtype)
     except TypeError:
         raise ShapeError(f"input {name!r}: {dtype!r} is not a dtype; use e.g. 'float32' or 'int64'") from None
+
+
+def like_param(name: str, value: Any, current: np.ndarray) -> np.ndarray:
+    """``value`` as the new value of parameter ``name``: an array of ``current``'s dtype (no copy when it already
+    has it) and shape (ShapeError otherwise)."""
+    value = np.asarray(value, dtype=current.dtype)
+    if value.shape != current.shape:
+        raise ShapeError(f"parameter {name!r}: expected shape {current.shape}, got {value.shape}")
+    return value
 
 
 def require_name(name: Any, what: str) -> None:

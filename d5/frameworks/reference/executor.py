@@ -11,13 +11,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from d5.errors import D5Error, GraphError, ShapeError, UnsupportedOperatorError
+from d5.errors import D5Error, GraphError, UnsupportedOperatorError
 from d5.frameworks.base import FrameworkExecutor
 from d5.frameworks.reference.operators import create_operator, supported_operators
 from d5.frameworks.reference.kernels import serial_numpy_blas
 from d5.network.operator_errors import operator_failure
 from d5.network.executor import LiveNetwork
-from d5.network.graph import Network, Node, gradient_name, node_captures, require_name, suggest
+from d5.network.graph import Network, Node, gradient_name, like_param, node_captures, require_name, suggest
 from d5.network.memory import check_working_set, tensor_nbytes
 from d5.network.onnx_export import infer_shapes
 from d5.ops.operator import CustomOp, Gradient, as_tuple
@@ -84,10 +84,7 @@ class ReferenceLiveNetwork(LiveNetwork):
         require_name(name, "tensor name")
         current = self.param_values.get(name)
         if current is not None:
-            value = np.asarray(value, dtype=current.dtype)  # no copy when the dtype matches
-            if value.shape != current.shape:
-                raise ShapeError(f"parameter {name!r}: expected shape {current.shape}, got {value.shape}")
-            self.param_values[name] = value
+            self.param_values[name] = like_param(name, value, current)  # no copy when the dtype matches
         elif is_param:
             self.param_values[name] = self.graph.add_param(name, value)
         else:

@@ -6,7 +6,6 @@ import pytest
 
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.reference.operators import create_operator
-from d5.ops import test_gradient
 from d5.ops.validation import test_gradient as check_gradient
 
 torch = pytest.importorskip("torch")
@@ -29,9 +28,6 @@ def test_loss_output_is_zero_dim_array_of_score_dtype():
 @pytest.mark.parametrize("with_weights", [False, True])
 def test_negative_log_likelihood_loss_matches_torch_and_finite_differences(reduction, with_weights):
     import torch
-
-    from d5.frameworks.reference.operators import create_operator
-    from d5.ops.validation import test_gradient as check_gradient
 
     rng = np.random.default_rng(0)
     log_prob = np.log(rng.dirichlet(np.ones(5), size=(6, 3)).transpose(0, 2, 1))  # (N=6, C=5, d=3)
