@@ -94,11 +94,14 @@ class OutputComparison:
     #: Elements outside ``atol + rtol * |expected|`` (0 when passed).
     mismatched: int = 0
     reason: str = ""
+    #: The tensor's name where the comparison is of named tensors (d5.network.validation), else "".
+    name: str = ""
 
     def __str__(self) -> str:
         verdict = "ok" if self.passed else "FAILED"
         detail = self.reason or f"{self.norms}, {self.mismatched}/{self.expected.size} elements out of tolerance"
-        return f"output {self.index} {tuple(np.shape(self.actual))} {np.asarray(self.actual).dtype}: {verdict} ({detail})"
+        what = repr(self.name) if self.name else f"output {self.index}"
+        return f"{what} {tuple(np.shape(self.actual))} {np.asarray(self.actual).dtype}: {verdict} ({detail})"
 
 
 @dataclasses.dataclass
@@ -261,7 +264,7 @@ def test_forward(op: CustomOp, inputs: Sequence[np.ndarray], reference: Referenc
                                                 reason=f"{missing} returned no output {index} "
                                                        f"({len(actual)} outputs vs {len(expected)} expected)"))
             continue
-        comparisons.append(_compare_output(index, actual[index], expected[index], rtol, atol))
+        comparisons.append(compare_arrays(index, actual[index], expected[index], rtol, atol))
     passed = all(c.passed for c in comparisons)
     comparable = [c for c in comparisons if not c.reason]
     if len(comparable) == len(comparisons) and comparable:
@@ -472,13 +475,16 @@ def _within(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) 
     return bool(np.all(np.abs(actual - expected) <= atol + rtol * np.abs(expected)))
 
 
-def _compare_output(index: int, actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> OutputComparison:
+def compare_arrays(index: int, actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float,
+                   name: str = "") -> OutputComparison:
+    """Compare ``actual`` with ``expected`` elementwise (``|a - e| <= atol + rtol * |e|``; NaN matches NaN)."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
     if actual.shape != expected.shape:
         return OutputComparison(index, False, ErrorNorms.undefined(), actual, expected,
-                                reason=f"shape {actual.shape} but the reference has shape {expected.shape}")
+                                reason=f"shape {actual.shape} but the reference has shape {expected.shape}", name=name)
     a = actual.astype(np.float64, copy=False)
     e = expected.astype(np.float64, copy=False)
     with np.errstate(invalid="ignore"):
         close = (np.abs(a - e) <= atol + rtol * np.abs(e)) | (np.isnan(a) & np.isnan(e)) | (a == e)
     mismatched = int(close.size - np.count_nonzero(close))
-    return OutputComparison(index, mismatched == 0, ErrorNorms.between(a, e), actual, expected, mismatched)
+    return OutputComparison(index, mismatched == 0, ErrorNorms.between(a, e), actual, expected, mismatched, name=name)

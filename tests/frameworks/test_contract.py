@@ -190,3 +190,38 @@ def test_zero_copy_frameworks_fetch_the_live_values(framework):
     assert np.shares_memory(executor.network.fetch_tensor("w"), new)
     executor.inference_and_backprop(batch, "loss")
     assert np.shares_memory(executor.network.fetch_tensor("w"), new)
+
+
+# ---------------------------------------------------------------- the zoo, forward and backward
+ZOO = {
+    "lenet5": lambda: d5.models.lenet5(),
+    "mlp": lambda: d5.models.mlp((1, 28, 28), hidden=(32,)),
+    "simple_cnn": lambda: d5.models.simple_cnn((1, 28, 28), channels=(4, 8), hidden=16),
+    "resnet20": lambda: d5.models.resnet(20),
+    "wide_resnet": lambda: d5.models.wide_resnet(10, 1),
+    "mobilenet_v1": lambda: d5.models.mobilenet_v1((3, 32, 32), num_classes=10, width=0.25),
+    "lstm_lm": lambda: d5.models.lstm_lm(vocab_size=50, hidden=8, layers=2, steps=4),
+}
+
+
+def _zoo_batch(network: d5.Network, seed: int = 0) -> dict[str, np.ndarray]:
+    """A batch of 2 for the network's inputs: normal floats, integers 0/1 (valid labels and tokens)."""
+    rng = np.random.default_rng(seed)
+    batch = {}
+    for name, info in network.inputs.items():
+        shape = tuple(2 if not isinstance(dim, int) else dim for dim in info.shape)
+        batch[name] = (rng.normal(size=shape).astype(info.dtype) if info.dtype.kind == "f"
+                       else rng.integers(0, 2, size=shape).astype(info.dtype))
+    return batch
+
+
+@pytest.mark.parametrize("model", sorted(ZOO))
+def test_every_zoo_model_agrees_with_the_reference_forward_and_backward(framework, model):
+    """float32, rtol 1e-4 and atol 1e-5 times each tensor's largest element (see d5.network.validation: deep
+    networks sum products in another order on each framework)."""
+    from d5.network.validation import compare_executors
+
+    network = ZOO[model]()
+    result = compare_executors(framework.from_model(network), reference.from_model(network), _zoo_batch(network))
+    assert result, result.summary()
+    assert len(result.gradients) == len(network.get_params())
