@@ -195,3 +195,17 @@ def test_inference_releases_intermediate_tensors_after_their_last_reader():
     x = np.array([[-1.0, 0.0, 2.0]])
     np.testing.assert_array_equal(executor.inference({"x": x})["y"], [[0.0, 2.0, 6.0]])
     assert check.alive is False
+
+
+def test_a_training_step_stores_each_update_without_a_copy():
+    """The reference's live state keeps the array an optimizer feeds (no copy per parameter per step), and the
+    next pass reads that very array."""
+    executor = reference.from_model(d5.models.mlp((4,), hidden=(3,), num_classes=2))
+    batch = {"input": np.ones((2, 4), np.float32), "label": np.array([0, 1])}
+    new = np.zeros((3, 4), np.float32)
+    executor.network.feed_tensor("fc2.weight", new)
+    assert executor.network.fetch_tensor("fc2.weight") is new
+    executor.inference_and_backprop(batch)
+    assert executor.network.fetch_tensor("fc2.weight") is new
+    grad = executor.network.fetch_tensor("fc2.weight_grad")
+    assert executor.network.fetch_tensors(["fc2.weight_grad"])[0] is grad
