@@ -66,7 +66,7 @@ def check_network_gradient(network: Network, inputs: Mapping[str, Any], y: str =
     if not callable(from_model):
         raise D5Error(f"check_network_gradient: from_model must build an executor (e.g. "
                       f"d5.frameworks.reference.from_model), got {type(from_model).__name__}")
-    net64 = _as_float64(network)
+    net64 = as_float64(network)
     names = net64.get_params()
     if not names:
         raise D5Error(f"check_network_gradient: network {network.name!r} has no trainable parameter to check")
@@ -119,7 +119,7 @@ def _unit(direction: np.ndarray) -> np.ndarray:
     return direction / norm if norm > 0 else direction
 
 
-def _as_float64(network: Network) -> Network:
+def as_float64(network: Network) -> Network:
     """A copy of ``network`` whose floating parameters and declared floating inputs are float64."""
     clone = network.copy()
     # Network has no public dtype-changing edit (feed_tensor keeps a parameter's dtype, deliberately), so

@@ -28,6 +28,8 @@ import dataclasses
 import math
 from typing import Any, Sequence
 
+import numpy as np
+
 from d5.errors import ShapeError
 
 AUTO_PAD_MODES = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -323,6 +325,56 @@ def as_text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-__all__ = ["AUTO_PAD_MODES", "MAX_WINDOW_EXTENT", "MAX_WINDOW_POSITIONS", "WindowGeometry", "as_text",
+# ------------------------------------------------------------------------------------------- shapes, tensors
+
+def reshape_target(data_shape: tuple, shape: np.ndarray, allowzero: bool) -> tuple[int, ...]:
+    """The output shape of ONNX Reshape: 0 copies the input dimension (unless ``allowzero``), -1 is inferred.
+
+    >>> reshape_target((2, 3, 4), np.array([0, -1]), allowzero=False)
+    (2, 12)
+    """
+    if shape.ndim != 1 or not np.issubdtype(shape.dtype, np.integer):
+        raise ShapeError(f"Reshape: the shape input must be a 1-D integer (int64) tensor, got {shape.dtype} of "
+                         f"shape {shape.shape}")
+    target = [int(s) for s in shape]
+    if target.count(-1) > 1:
+        raise ShapeError(f"Reshape: at most one dimension may be -1, got shape {target}")
+    if any(s < -1 for s in target):
+        raise ShapeError(f"Reshape: dimensions must be >= -1, got shape {target}")
+    if allowzero and 0 in target and -1 in target:
+        raise ShapeError(f"Reshape: with allowzero=1 a shape may not hold both 0 and -1, got {target}")
+    if not allowzero:
+        for i, s in enumerate(target):
+            if s == 0:
+                if i >= len(data_shape):
+                    raise ShapeError(f"Reshape: shape {target} copies dimension {i} (a 0) but the input {data_shape} "
+                                     f"has only {len(data_shape)} dimensions")
+                target[i] = data_shape[i]
+    size = math.prod(data_shape)
+    if -1 in target:
+        known = math.prod(s for s in target if s != -1)
+        if known == 0 or size % known:
+            raise ShapeError(f"Reshape: cannot reshape an input of shape {tuple(data_shape)} ({size} elements) to "
+                             f"{[int(s) for s in shape]}: the -1 dimension cannot be inferred")
+        target[target.index(-1)] = size // known
+    if math.prod(target) != size:
+        raise ShapeError(f"Reshape: cannot reshape an input of shape {tuple(data_shape)} ({size} elements) to "
+                         f"{tuple(target)} ({math.prod(target)} elements)")
+    return tuple(target)
+
+
+def tensor_attribute(value: Any) -> np.ndarray:
+    """A tensor-valued attribute (an ``onnx.TensorProto`` or anything numpy accepts) as an ndarray.
+
+    >>> tensor_attribute([1.5]).dtype
+    dtype('float64')
+    """
+    if hasattr(value, "data_type") and hasattr(value, "dims"):  # an onnx.TensorProto, decoded lazily
+        from onnx import numpy_helper
+        return numpy_helper.to_array(value)
+    return np.asarray(value)
+
+
+__all__ = ["AUTO_PAD_MODES", "reshape_target", "tensor_attribute", "MAX_WINDOW_EXTENT", "MAX_WINDOW_POSITIONS", "WindowGeometry", "as_text",
            "broadcast_shape", "check_window_attributes", "int_tuple", "normalize_axes", "normalize_axis",
            "not_broadcastable", "optional_input", "unbroadcast_axes", "window_geometry"]

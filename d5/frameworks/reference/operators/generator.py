@@ -19,20 +19,8 @@ from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import int_list, onnx_dtype, scalar_input
 from d5.network.memory import check_allocation
-from d5.ops.onnx_semantics import as_text
+from d5.ops.onnx_semantics import as_text, tensor_attribute
 from d5.ops.operator import Gradient
-
-
-def tensor_attribute(value: Any) -> np.ndarray:
-    """A tensor-valued attribute (an ``onnx.TensorProto`` or anything numpy accepts) as an ndarray.
-
-    >>> tensor_attribute([1.5]).dtype
-    dtype('float64')
-    """
-    if hasattr(value, "data_type") and hasattr(value, "dims"):  # an onnx.TensorProto, decoded lazily
-        from onnx import numpy_helper
-        return numpy_helper.to_array(value)
-    return np.asarray(value)
 
 
 @register("Constant")

@@ -33,7 +33,7 @@ from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import int_list, require_rank
 from d5.frameworks.reference.operators.elementwise import ensure_array, is_float, unbroadcast
 from d5.network.memory import check_allocation
-from d5.ops.onnx_semantics import as_text, normalize_axes, optional_input
+from d5.ops.onnx_semantics import as_text, normalize_axes, optional_input, reshape_target
 from d5.ops.operator import Gradient
 
 
@@ -66,42 +66,6 @@ class Flatten(ReferenceOp):
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
         return grads[0].reshape(fwd_inputs[0].shape)
-
-
-def reshape_target(data_shape: tuple, shape: np.ndarray, allowzero: bool) -> tuple[int, ...]:
-    """The output shape of ONNX Reshape: 0 copies the input dimension (unless ``allowzero``), -1 is inferred.
-
-    >>> reshape_target((2, 3, 4), np.array([0, -1]), allowzero=False)
-    (2, 12)
-    """
-    if shape.ndim != 1 or not np.issubdtype(shape.dtype, np.integer):
-        raise ShapeError(f"Reshape: the shape input must be a 1-D integer (int64) tensor, got {shape.dtype} of "
-                         f"shape {shape.shape}")
-    target = [int(s) for s in shape]
-    if target.count(-1) > 1:
-        raise ShapeError(f"Reshape: at most one dimension may be -1, got shape {target}")
-    if any(s < -1 for s in target):
-        raise ShapeError(f"Reshape: dimensions must be >= -1, got shape {target}")
-    if allowzero and 0 in target and -1 in target:
-        raise ShapeError(f"Reshape: with allowzero=1 a shape may not hold both 0 and -1, got {target}")
-    if not allowzero:
-        for i, s in enumerate(target):
-            if s == 0:
-                if i >= len(data_shape):
-                    raise ShapeError(f"Reshape: shape {target} copies dimension {i} (a 0) but the input {data_shape} "
-                                     f"has only {len(data_shape)} dimensions")
-                target[i] = data_shape[i]
-    size = math.prod(data_shape)
-    if -1 in target:
-        known = math.prod(s for s in target if s != -1)
-        if known == 0 or size % known:
-            raise ShapeError(f"Reshape: cannot reshape an input of shape {tuple(data_shape)} ({size} elements) to "
-                             f"{[int(s) for s in shape]}: the -1 dimension cannot be inferred")
-        target[target.index(-1)] = size // known
-    if math.prod(target) != size:
-        raise ShapeError(f"Reshape: cannot reshape an input of shape {tuple(data_shape)} ({size} elements) to "
-                         f"{tuple(target)} ({math.prod(target)} elements)")
-    return tuple(target)
 
 
 @register("Reshape")

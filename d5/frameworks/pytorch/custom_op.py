@@ -1,0 +1,90 @@
+"""d5 custom operators on PyTorch: any :class:`d5.ops.CustomOp` (NumPy in, NumPy out) as a torch autograd op.
+
+The bridge calls the op's ``forward`` on NumPy views of the input tensors (zero-copy on the CPU) and its
+``backward`` from ``torch.autograd``, so a user's operator -- or a reference operator torch has no mapping
+for -- trains inside a torch network. State an operator asks to write back (``state_updates``, e.g. batch
+normalization's running statistics) is copied into the input tensors, which are the executor's live buffers.
+
+>>> import numpy as np, torch
+>>> from d5.ops import CustomPythonOp
+>>> class IPowOp(CustomPythonOp):
+...     def __init__(self, power):
+...         super().__init__()
+...         self.power = power
+...     def forward(self, inputs):
+...         return inputs[0] ** self.power
+...     def backward(self, grads, fwd_inputs, fwd_outputs):
+...         return grads[0] * self.power * fwd_inputs[0] ** (self.power - 1)
+>>> x = torch.tensor([1.0, 2.0], requires_grad=True)
+>>> y = custom_op(IPowOp(3))(x)
+>>> y.sum().backward()
+>>> y.detach().numpy(), x.grad.numpy()
+(array([1., 8.], dtype=float32), array([ 3., 12.], dtype=float32))
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from d5.errors import UnsupportedOperatorError
+from d5.ops.operator import CustomOp, as_tuple
+
+
+class CustomOpModule(torch.nn.Module):
+    """A d5 CustomOp as a torch module: one tensor out, or a tuple for several outputs."""
+
+    def __init__(self, op: CustomOp) -> None:
+        super().__init__()
+        self.op = op
+
+    def forward(self, *inputs: torch.Tensor | None) -> Any:
+        self.op.training = self.training
+        outputs = _CustomOpFunction.apply(self.op, *inputs)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def extra_repr(self) -> str:
+        return type(self.op).__name__
+
+
+def custom_op(op: CustomOp) -> CustomOpModule:
+    """``op`` as a torch module with autograd (see the module docstring)."""
+    if not isinstance(op, CustomOp):
+        raise UnsupportedOperatorError(f"custom_op expects a d5.ops.CustomOp, got {type(op).__name__}")
+    return CustomOpModule(op)
+
+
+class _CustomOpFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, op: CustomOp, *inputs: torch.Tensor | None):  # noqa: D401 - torch's signature
+        arrays = [None if t is None else _numpy(t) for t in inputs]
+        op.input_grad_required = tuple(t is not None and t.requires_grad for t in inputs)
+        results = [np.asarray(r) for r in as_tuple(op.forward(arrays))]
+        device = next((t.device for t in inputs if t is not None), torch.device("cpu"))
+        if op.training:
+            with torch.no_grad():
+                for index, value in op.state_updates().items():
+                    inputs[index].copy_(torch.from_numpy(np.ascontiguousarray(value)).to(inputs[index].dtype))
+        ctx.op, ctx.arrays, ctx.results, ctx.device = op, arrays, results, device
+        outputs = tuple(torch.from_numpy(np.array(r, copy=True)).to(device) for r in results)
+        ctx.mark_non_differentiable(*[o for o in outputs if not o.is_floating_point()])
+        return outputs
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor | None):
+        out_grads = [np.zeros_like(r) if g is None else _numpy(g) for g, r in zip(grads, ctx.results)]
+        in_grads = as_tuple(ctx.op.backward(out_grads, ctx.arrays, ctx.results))
+        converted = []
+        for grad, array in zip(in_grads, ctx.arrays):
+            if grad is None or array is None or array.dtype.kind not in "fc":
+                converted.append(None)
+            else:
+                converted.append(torch.from_numpy(np.array(grad, dtype=array.dtype, copy=True)).to(ctx.device))
+        converted += [None] * (len(ctx.arrays) - len(converted))
+        return (None, *converted)
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    tensor = tensor.detach()
+    return tensor.numpy() if tensor.device.type == "cpu" else tensor.cpu().numpy()

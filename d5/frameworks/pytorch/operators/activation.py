@@ -1,0 +1,230 @@
+"""Activations as native torch operations: Relu, Sigmoid, Tanh, LeakyRelu, Elu, Selu, Celu, Gelu, HardSigmoid,
+HardSwish, Mish, Softplus, Softsign, ThresholdedRelu, PRelu, Softmax/LogSoftmax/Hardmax (opset 13 and the
+2-D-coercing opsets 1-12), and Dropout (with its mask output)."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from d5.errors import ShapeError
+from d5.frameworks.pytorch.operators import TorchOp, register
+from d5.frameworks.pytorch.operators._helpers import scalar
+from d5.ops.onnx_semantics import as_text, normalize_axis
+
+
+class _Unary(TorchOp):
+    fn = staticmethod(lambda x: x)
+
+    def forward(self, x):
+        return type(self).fn(x)
+
+
+@register("Relu")
+class Relu(_Unary):
+    fn = staticmethod(torch.relu)
+
+
+@register("Sigmoid")
+class Sigmoid(_Unary):
+    fn = staticmethod(torch.sigmoid)
+
+
+@register("Tanh")
+class Tanh(_Unary):
+    fn = staticmethod(torch.tanh)
+
+
+@register("Softplus")
+class Softplus(_Unary):
+    fn = staticmethod(F.softplus)
+
+
+@register("Softsign")
+class Softsign(_Unary):
+    fn = staticmethod(F.softsign)
+
+
+@register("Mish")
+class Mish(_Unary):
+    fn = staticmethod(F.mish)
+
+
+@register("HardSwish")
+class HardSwish(_Unary):
+    fn = staticmethod(F.hardswish)  # x * max(0, min(1, x/6 + 1/2)), ONNX's alpha=1/6, beta=0.5
+
+
+@register("LeakyRelu")
+class LeakyRelu(TorchOp):
+    def __init__(self, alpha: float = 0.01) -> None:
+        super().__init__()
+        self.alpha = float(alpha)
+
+    def forward(self, x):
+        return F.leaky_relu(x, self.alpha)
+
+
+@register("Elu")
+class Elu(TorchOp):
+    def __init__(self, alpha: float = 1.0) -> None:
+        super().__init__()
+        self.alpha = float(alpha)
+
+    def forward(self, x):
+        return F.elu(x, self.alpha)
+
+
+@register("Celu")
+class Celu(TorchOp):
+    def __init__(self, alpha: float = 1.0) -> None:
+        super().__init__()
+        self.alpha = float(alpha)
+
+    def forward(self, x):
+        return F.celu(x, self.alpha)
+
+
+@register("Selu")
+class Selu(TorchOp):
+    def __init__(self, alpha: float = 1.67326319217681884765625, gamma: float = 1.05070102214813232421875) -> None:
+        super().__init__()
+        self.alpha, self.gamma = float(alpha), float(gamma)
+
+    def forward(self, x):
+        return self.gamma * torch.where(x > 0, x, self.alpha * torch.expm1(torch.clamp(x, max=0)))
+
+
+@register("ThresholdedRelu")
+class ThresholdedRelu(TorchOp):
+    def __init__(self, alpha: float = 1.0) -> None:
+        super().__init__()
+        self.alpha = float(alpha)
+
+    def forward(self, x):
+        return torch.where(x > self.alpha, x, torch.zeros_like(x))
+
+
+@register("Gelu")
+class Gelu(TorchOp):
+    def __init__(self, approximate="none") -> None:
+        super().__init__()
+        self.approximate = as_text(approximate)
+        if self.approximate not in ("none", "tanh"):
+            raise ShapeError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+    def forward(self, x):
+        return F.gelu(x, approximate=self.approximate)
+
+
+@register("HardSigmoid")
+class HardSigmoid(TorchOp):
+    def __init__(self, alpha: float = 0.2, beta: float = 0.5) -> None:
+        super().__init__()
+        self.alpha, self.beta = float(alpha), float(beta)
+
+    def forward(self, x):
+        return torch.clamp(x * self.alpha + self.beta, 0, 1)
+
+
+@register("PRelu")
+class PRelu(TorchOp):
+    """``x`` where positive, ``slope * x`` elsewhere; the slope broadcasts against x (ONNX's unidirectional
+    broadcasting; a 1-D slope of C values on an (N, C, ...) input applies per channel, as the reference)."""
+
+    def forward(self, x, slope):
+        if slope.dim() == 1 and x.dim() >= 2 and slope.shape[0] == x.shape[1] and slope.shape[0] != x.shape[-1]:
+            slope = slope.reshape(-1, *(1,) * (x.dim() - 2))
+        return torch.where(x >= 0, x, x * slope)
+
+
+@register("Softmax", since=13)
+class Softmax(TorchOp):
+    def __init__(self, axis: int = -1) -> None:
+        super().__init__()
+        self.axis = int(axis)
+
+    def forward(self, x):
+        return self._apply(x, normalize_axis(type(self).__name__, self.axis, x.dim()))
+
+    def _apply(self, x, axis):
+        return torch.softmax(x, axis)
+
+
+@register("LogSoftmax", since=13)
+class LogSoftmax(Softmax):
+    def _apply(self, x, axis):
+        return torch.log_softmax(x, axis)
+
+
+@register("Hardmax", since=13)
+class Hardmax(Softmax):
+    def _apply(self, x, axis):
+        if x.numel() == 0:
+            return torch.zeros_like(x)
+        winner = torch.argmax(x.detach(), dim=axis, keepdim=True)  # the first maximum, as numpy.argmax
+        return torch.zeros_like(x).scatter(axis, winner, 1.0)
+
+
+class _CoercedTo2D:
+    """Opsets 1-12: the input coerced to 2-D at ``axis`` (default 1), each row normalized."""
+
+    def __init__(self, axis: int = 1) -> None:
+        super().__init__(axis=-1)
+        self.coerce_axis = int(axis)
+
+    def forward(self, x):
+        axis = normalize_axis(type(self).__name__, self.coerce_axis, x.dim())
+        flat = x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+        return self._apply(flat, 1).reshape(x.shape)
+
+
+@register("Softmax", since=1)
+class Softmax1(_CoercedTo2D, Softmax):
+    pass
+
+
+@register("LogSoftmax", since=1)
+class LogSoftmax1(_CoercedTo2D, LogSoftmax):
+    pass
+
+
+@register("Hardmax", since=1)
+class Hardmax1(_CoercedTo2D, Hardmax):
+    pass
+
+
+@register("Dropout")
+class Dropout(TorchOp):
+    """Inverted dropout, active in training passes (``self.training``) or when the ``training_mode`` input is
+    true, with ratio > 0; returns ``(output, mask)`` when the node names two outputs, else the output. The
+    mask comes from torch's generator (seeded by ``seed`` when given), so it differs from the reference's
+    NumPy stream; the deterministic cases (inactive, ratio 0) are identical."""
+
+    def __init__(self, seed: int | None = None, ratio: float | None = None) -> None:
+        super().__init__()
+        self.default_ratio = 0.5 if ratio is None else float(ratio)
+        self._generator = None
+        if seed is not None:
+            self._generator = torch.Generator().manual_seed(int(seed) % 2 ** 63)
+
+    def forward(self, data, ratio=None, training_mode=None):
+        ratio = self.default_ratio if ratio is None else scalar(ratio, float)
+        if not 0.0 <= ratio <= 1.0:
+            raise ShapeError(f"Dropout: ratio must be in [0, 1], got {ratio}; pass the drop probability")
+        active = (self.training or (training_mode is not None and scalar(training_mode, bool))) and ratio > 0.0
+        want_mask = self.node_output_count is not None and self.node_output_count > 1
+        if not active:
+            output = data
+            mask = torch.ones(data.shape, dtype=torch.bool, device=data.device) if want_mask else None
+        else:
+            if self._generator is not None and data.device.type == "cpu":
+                noise = torch.rand(data.shape, generator=self._generator, dtype=torch.float32)
+            else:
+                noise = torch.rand(data.shape, dtype=torch.float32, device=data.device)
+            mask = noise >= ratio
+            output = data * mask
+            if ratio < 1.0:
+                output = output * (1.0 / (1.0 - ratio))
+        return (output, mask) if want_mask else output

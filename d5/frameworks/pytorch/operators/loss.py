@@ -1,0 +1,86 @@
+"""Losses as native torch operations: SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss (ONNX), and d5's
+MeanSquaredError (domain ``ai.d5``), with the reference's semantics: reduction mean/sum/none, ignore_index,
+per-class weights (``mean`` divides by the summed weights of the non-ignored labels; all ignored gives NaN)."""
+from __future__ import annotations
+
+import torch
+
+from d5.errors import ShapeError
+from d5.frameworks.pytorch.operators import TorchOp, register
+from d5.ops.onnx_semantics import as_text
+
+_REDUCTIONS = ("none", "sum", "mean")
+
+
+def _check_reduction(op_name: str, reduction) -> str:
+    reduction = as_text(reduction)
+    if reduction not in _REDUCTIONS:
+        raise ShapeError(f"{op_name}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    return reduction
+
+
+@register("NegativeLogLikelihoodLoss")
+class NegativeLogLikelihoodLoss(TorchOp):
+    """``-input[label]`` per sample, weighted and reduced; input (N, C, d1, ...) holds log-probabilities."""
+
+    def __init__(self, reduction="mean", ignore_index: int | None = None) -> None:
+        super().__init__()
+        self.reduction = _check_reduction(type(self).__name__, reduction)
+        self.ignore_index = None if ignore_index is None else int(ignore_index)
+
+    def forward(self, log_prob, labels, weights=None):
+        return self._nll(log_prob, labels, weights)
+
+    def _nll(self, log_prob, labels, weights):
+        if log_prob.dim() < 2:
+            raise ShapeError(f"{type(self).__name__}: scores must be (N, C) or (N, C, d1, ...), got shape "
+                             f"{tuple(log_prob.shape)}")
+        labels = labels.long()
+        valid = None if self.ignore_index is None else labels != self.ignore_index
+        safe = labels if valid is None else torch.where(valid, labels, torch.zeros_like(labels))
+        loss = -torch.gather(log_prob, 1, safe.unsqueeze(1)).squeeze(1)
+        sample_weights = None
+        if weights is not None or valid is not None:
+            sample_weights = torch.ones_like(loss) if weights is None else weights.to(loss.dtype)[safe]
+            if valid is not None:
+                sample_weights = torch.where(valid, sample_weights, torch.zeros_like(sample_weights))
+            loss = loss * sample_weights
+        if self.reduction == "none":
+            return loss
+        total = loss.sum()
+        if self.reduction == "mean":
+            total = total / (loss.numel() if sample_weights is None else sample_weights.sum())
+        return total
+
+
+@register("SoftmaxCrossEntropyLoss")
+class SoftmaxCrossEntropyLoss(NegativeLogLikelihoodLoss):
+    """Cross entropy of ``softmax(scores)`` along axis 1; returns the loss, or ``(loss, log_prob)`` when the
+    node names two outputs."""
+
+    def forward(self, scores, labels, weights=None):
+        log_prob = torch.log_softmax(scores, dim=1)
+        loss = self._nll(log_prob, labels, weights)
+        if self.node_output_count is not None and self.node_output_count > 1:
+            return loss, log_prob
+        return loss
+
+
+@register("MeanSquaredError")
+class MeanSquaredError(TorchOp):
+    """``reduce((prediction - target) ** 2)``, reduction mean (default), sum or none; the target broadcasts and
+    is cast to the prediction's float dtype (a float64 target must not turn a float32 loss into float64)."""
+
+    def __init__(self, reduction="mean") -> None:
+        super().__init__()
+        self.reduction = _check_reduction("MeanSquaredError", reduction)
+
+    def forward(self, prediction, target):
+        if prediction.is_floating_point():
+            target = target.to(prediction.dtype)
+        else:
+            prediction, target = prediction.double(), target.double()
+        squared = torch.square(prediction - target)
+        if self.reduction == "none":
+            return squared
+        return squared.mean() if self.reduction == "mean" else squared.sum()

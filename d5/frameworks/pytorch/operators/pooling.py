@@ -1,0 +1,154 @@
+"""Pooling as native torch operations: MaxPool (with its Indices output), AveragePool (count_include_pad),
+GlobalAveragePool, GlobalMaxPool, for 1-D to 3-D windows.
+
+ONNX's padding (explicit pads, auto_pad SAME_* with possibly negative pads, ceil_mode overhang) is resolved by
+:func:`d5.ops.onnx_semantics.window_geometry`, the rule every framework shares; the input is then padded
+(cropped) to exactly the extent the windows cover, so torch pools it with no padding of its own."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from d5.errors import ShapeError
+from d5.frameworks.pytorch.operators import TorchOp, register
+from d5.frameworks.pytorch.operators._helpers import ints, pad_spatial, resolve_pads
+from d5.ops.onnx_semantics import as_text, check_window_attributes
+
+_MAX_POOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+
+class _WindowPool(TorchOp):
+    op_name = "Pool"
+
+    def __init__(self, kernel_shape=None, auto_pad="NOTSET", ceil_mode: int = 0, dilations=None, pads=None,
+                 strides=None) -> None:
+        super().__init__()
+        if kernel_shape is None:
+            raise ShapeError(f"{self.op_name}: the kernel_shape attribute is required (e.g. kernel_shape=[2, 2])")
+        self.kernel_shape = tuple(ints(kernel_shape))
+        self.auto_pad = as_text(auto_pad)
+        self.ceil_mode = bool(ceil_mode)
+        self.dilations, self.pads, self.strides = ints(dilations), ints(pads), ints(strides)
+        check_window_attributes(self.op_name, auto_pad=self.auto_pad, kernel_shape=self.kernel_shape,
+                                strides=self.strides, dilations=self.dilations, pads=self.pads)
+
+    def _window(self, x):
+        if x.dim() not in (3, 4, 5) or len(self.kernel_shape) != x.dim() - 2:
+            raise ShapeError(f"{self.op_name}: X must be (N, C, spatial...) with {len(self.kernel_shape)} spatial "
+                             f"axes for kernel_shape {list(self.kernel_shape)}, got shape {tuple(x.shape)}")
+        return resolve_pads(self.op_name, tuple(x.shape[2:]), self.kernel_shape, self.strides, self.dilations,
+                            self.pads, self.auto_pad, ceil_mode=self.ceil_mode)
+
+
+@register("MaxPool")
+class MaxPool(_WindowPool):
+    """ONNX MaxPool. Returns Y, or ``(Y, Indices)`` when the node names two outputs: int64 flat indices into X
+    (row-major over the whole tensor, or column-major per plane with ``storage_order=1``). Windows that see
+    only padding give -inf (index -1), as the reference."""
+
+    op_name = "MaxPool"
+
+    def __init__(self, kernel_shape=None, auto_pad="NOTSET", ceil_mode: int = 0, dilations=None, pads=None,
+                 storage_order: int = 0, strides=None) -> None:
+        super().__init__(kernel_shape, auto_pad, ceil_mode, dilations, pads, strides)
+        if int(storage_order) not in (0, 1):
+            raise ShapeError(f"MaxPool: storage_order must be 0 (row-major) or 1 (column-major), got {storage_order}")
+        self.storage_order = int(storage_order)
+
+    def forward(self, x):
+        geometry, strides, dilations, sides = self._window(x)
+        want_indices = self.node_output_count is not None and self.node_output_count > 1
+        integer = not x.is_floating_point()
+        source = x.to(torch.float64) if integer else x
+        padded = pad_spatial(source, sides, value=-math.inf)
+        rank = x.dim() - 2
+        y, flat = _MAX_POOL[rank](padded, self.kernel_shape, strides, 0, dilations, ceil_mode=False,
+                                  return_indices=True)
+        if integer:
+            lowest = torch.tensor(torch.iinfo(x.dtype).min, dtype=y.dtype, device=y.device)
+            y = torch.where(torch.isinf(y), lowest, y).to(x.dtype)  # a window of padding only: the dtype's minimum
+        if not want_indices:
+            return y
+        return y, self._onnx_indices(flat, padded.shape[2:], x.shape, sides, torch.isinf(y) & (y < 0))
+
+    def _onnx_indices(self, flat, padded_spatial, x_shape, sides, empty):
+        # torch's indices are flat within each padded (n, c) plane: back to coordinates in X's plane.
+        coords, rest = [], flat
+        for size in reversed(padded_spatial):
+            coords.append(rest % size)
+            rest = rest // size
+        coords.reverse()
+        spatial = x_shape[2:]
+        inside = ~empty
+        index = torch.zeros_like(flat)
+        strides = [math.prod(spatial[a + 1:]) for a in range(len(spatial))]
+        if self.storage_order == 1:
+            strides = [math.prod(spatial[:a]) for a in range(len(spatial))]
+        for axis, coord in enumerate(coords):
+            original = coord - sides[axis][0]
+            inside &= (original >= 0) & (original < spatial[axis])
+            index = index + original * strides[axis]
+        plane = math.prod(spatial)
+        n, c = x_shape[0], x_shape[1]
+        offsets = (torch.arange(n * c, device=flat.device) * plane).reshape(n, c, *(1,) * len(spatial))
+        return torch.where(inside, index + offsets, torch.full_like(index, -1))
+
+
+@register("AveragePool")
+class AveragePool(_WindowPool):
+    """ONNX AveragePool: each window's sum divided by its count of taps inside X, plus (``count_include_pad``)
+    those in the declared pads, never those of a ceil_mode overhang (as the reference and PyTorch)."""
+
+    op_name = "AveragePool"
+
+    def __init__(self, kernel_shape=None, auto_pad="NOTSET", ceil_mode: int = 0, count_include_pad: int = 0,
+                 dilations=None, pads=None, strides=None) -> None:
+        super().__init__(kernel_shape, auto_pad, ceil_mode, dilations, pads, strides)
+        self.count_include_pad = bool(count_include_pad)
+
+    def forward(self, x):
+        geometry, strides, dilations, sides = self._window(x)
+        rank = x.dim() - 2
+        padded = pad_spatial(x, sides, value=0.0)
+        n, c = x.shape[:2]
+        ones = torch.ones((1, 1, *self.kernel_shape), dtype=x.dtype, device=x.device)
+        # Window sums as a depthwise convolution with a ones kernel (handles dilations, which torch's
+        # avg_pool lacks).
+        sums = _CONV[rank](padded.reshape(n * c, 1, *padded.shape[2:]), ones, stride=strides, dilation=dilations)
+        sums = sums.reshape(n, c, *sums.shape[2:])
+        counts = torch.as_tensor(self._counts(x.shape[2:], geometry, strides, dilations), dtype=x.dtype,
+                                 device=x.device)
+        return torch.where(counts > 0, sums / torch.clamp(counts, min=1), torch.zeros_like(sums))
+
+    def _counts(self, spatial, geometry, strides, dilations) -> np.ndarray:
+        counts = np.ones((), dtype=np.int64)
+        crops, applied = geometry.crops, geometry.applied_pads
+        rank = len(spatial)
+        for axis, size in enumerate(spatial):
+            size = size - crops[axis] - crops[axis + rank]  # the kernels see the cropped input
+            begin, end = applied[axis], applied[axis + rank]
+            low, high = (-begin, size + end) if self.count_include_pad else (0, size)
+            coords = (np.arange(geometry.out[axis])[:, None] * strides[axis] - begin
+                      + np.arange(self.kernel_shape[axis])[None, :] * dilations[axis])
+            counts = np.multiply.outer(counts, ((coords >= low) & (coords < high)).sum(axis=1))
+        return counts
+
+
+@register("GlobalAveragePool")
+class GlobalAveragePool(TorchOp):
+    def forward(self, x):
+        if x.dim() < 3:
+            raise ShapeError(f"GlobalAveragePool: X must be (N, C, spatial...), got shape {tuple(x.shape)}")
+        return x.mean(dim=tuple(range(2, x.dim())), keepdim=True)
+
+
+@register("GlobalMaxPool")
+class GlobalMaxPool(TorchOp):
+    def forward(self, x):
+        if x.dim() < 3:
+            raise ShapeError(f"GlobalMaxPool: X must be (N, C, spatial...), got shape {tuple(x.shape)}")
+        return x.amax(dim=tuple(range(2, x.dim())), keepdim=True)

@@ -1,0 +1,215 @@
+"""Recurrent layers as native torch operations: ONNX LSTM (gates i, o, f, c; peepholes i, o, f), GRU (gates
+z, r, h; linear_before_reset) and RNN, as explicit time loops so every ONNX feature the reference supports
+carries over: directions (forward, reverse, bidirectional), layouts 0/1, initial states, sequence_lens (past a
+sequence's end the state is kept and the output is zero), clip, and the listed activations with their
+alpha/beta. Outputs ``(Y, Y_h[, Y_c])``; autograd differentiates the loop (BPTT)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.frameworks.pytorch.operators import TorchOp, register
+from d5.ops.onnx_semantics import as_text
+
+# name -> (uses alpha, uses beta, default alpha, default beta, f(a, alpha, beta))
+_ACTIVATIONS = {
+    "sigmoid": (False, False, None, None, lambda a, al, be: torch.sigmoid(a)),
+    "tanh": (False, False, None, None, lambda a, al, be: torch.tanh(a)),
+    "relu": (False, False, None, None, lambda a, al, be: torch.relu(a)),
+    "leakyrelu": (True, False, 0.01, None, lambda a, al, be: torch.where(a >= 0, a, al * a)),
+    "thresholdedrelu": (True, False, 1.0, None, lambda a, al, be: torch.where(a > al, a, torch.zeros_like(a))),
+    "hardsigmoid": (True, True, 0.2, 0.5, lambda a, al, be: torch.clamp(al * a + be, 0, 1)),
+    "affine": (True, True, 1.0, 0.0, lambda a, al, be: al * a + be),
+    "scaledtanh": (True, True, 1.0, 1.0, lambda a, al, be: al * torch.tanh(be * a)),
+    "elu": (True, False, 1.0, None, lambda a, al, be: torch.where(a >= 0, a, al * torch.expm1(torch.clamp(a, max=0)))),
+    "softsign": (False, False, None, None, lambda a, al, be: F.softsign(a)),
+    "softplus": (False, False, None, None, lambda a, al, be: F.softplus(a)),
+}
+
+
+def _parse_activations(op: str, names, alphas, betas, defaults, directions):
+    """The activation functions, ``len(defaults)`` per direction (the reference's rule)."""
+    names = [as_text(n) for n in (names or [])]
+    if not names:
+        names = list(defaults) * directions
+    if len(names) == len(defaults):
+        names = names * directions
+    elif directions == 1 and len(names) == 2 * len(defaults):
+        names = names[:len(defaults)]
+    if len(names) != len(defaults) * directions:
+        raise ShapeError(f"{op}: expected {len(defaults)} activations per direction ({len(defaults) * directions} in "
+                         f"all), got {names}")
+    alphas, betas = list(alphas or []), list(betas or [])
+    result = []
+    for name in names:
+        key = name.lower()
+        if key not in _ACTIVATIONS:
+            raise UnsupportedOperatorError(f"{op}: activation {name!r} is not supported; use one of "
+                                           f"{', '.join(sorted(_ACTIVATIONS))}")
+        uses_alpha, uses_beta, alpha, beta, fn = _ACTIVATIONS[key]
+        if uses_alpha and alphas:
+            alpha = float(alphas.pop(0))
+        if uses_beta and betas:
+            beta = float(betas.pop(0))
+        result.append((fn, alpha, beta))
+    return result
+
+
+class _Recurrent(TorchOp):
+    op_name = ""
+    gates = 1
+    default_activations: tuple[str, ...] = ()
+    has_cell_state = False
+
+    def __init__(self, activation_alpha=None, activation_beta=None, activations=None, clip=None,
+                 direction="forward", hidden_size=None, layout=0) -> None:
+        super().__init__()
+        self.direction = as_text(direction)
+        if self.direction not in ("forward", "reverse", "bidirectional"):
+            raise ShapeError(f"{self.op_name}: direction must be forward, reverse or bidirectional, got {direction!r}")
+        self.num_directions = 2 if self.direction == "bidirectional" else 1
+        self.hidden_size = None if hidden_size is None else int(hidden_size)
+        self.clip = None if clip is None else float(clip)
+        self.layout = int(layout)
+        if self.layout not in (0, 1):
+            raise ShapeError(f"{self.op_name}: layout must be 0 (sequence first) or 1 (batch first), got {layout}")
+        self.activations = _parse_activations(self.op_name, activations, activation_alpha, activation_beta,
+                                              self.default_activations, self.num_directions)
+
+    def _act(self, index: int, a):
+        if self.clip is not None:
+            a = torch.clamp(a, -self.clip, self.clip)
+        fn, alpha, beta = self.activations[index]
+        return fn(a, alpha, beta)
+
+    def forward(self, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None):
+        if self.layout:
+            x = x.transpose(0, 1)
+            initial_h = None if initial_h is None else initial_h.transpose(0, 1)
+            initial_c = None if initial_c is None else initial_c.transpose(0, 1)
+        seq, batch, features = x.shape
+        hidden = r.shape[-1]
+        dirs, gates = self.num_directions, self.gates
+        if self.hidden_size is not None and self.hidden_size != hidden:
+            raise ShapeError(f"{self.op_name}: hidden_size={self.hidden_size} disagrees with R of shape "
+                             f"{tuple(r.shape)}")
+        if tuple(w.shape) != (dirs, gates * hidden, features) or tuple(r.shape) != (dirs, gates * hidden, hidden):
+            raise ShapeError(f"{self.op_name}: with direction={self.direction} and X {tuple(x.shape)} expected W "
+                             f"{(dirs, gates * hidden, features)} and R {(dirs, gates * hidden, hidden)}; got W "
+                             f"{tuple(w.shape)}, R {tuple(r.shape)}")
+        zeros = x.new_zeros((dirs, batch, hidden))
+        h0 = zeros if initial_h is None else initial_h
+        c0 = zeros if initial_c is None else initial_c
+        mask = None
+        if sequence_lens is not None:
+            lens = sequence_lens.reshape(-1).long().to(x.device)
+            if bool((lens < seq).any()):
+                mask = (torch.arange(seq, device=x.device)[:, None] < lens[None, :])[:, :, None]  # (seq, batch, 1)
+        ys, hs, cs = [], [], []
+        for d in range(dirs):
+            wb = b[d, :gates * hidden] if b is not None else None
+            rb = b[d, gates * hidden:] if b is not None else None
+            xw = x @ w[d].t()
+            if wb is not None:
+                xw = xw + wb
+            peep = None if p is None else p[d]
+            y, h, c = self._run(d, xw, r[d], rb, peep, h0[d], c0[d], mask, hidden)
+            ys.append(y)
+            hs.append(h)
+            cs.append(c)
+        y = torch.stack(ys, dim=1)                              # (seq, dirs, batch, hidden)
+        y_h = torch.stack(hs)
+        outputs = [y.permute(2, 0, 1, 3) if self.layout else y, y_h.transpose(0, 1) if self.layout else y_h]
+        if self.has_cell_state:
+            y_c = torch.stack(cs)
+            outputs.append(y_c.transpose(0, 1) if self.layout else y_c)
+        return tuple(outputs)
+
+    def _run(self, d, xw, r, rb, p, h, c, mask, hidden):
+        reverse = self.direction == "reverse" or d == 1
+        steps = range(xw.shape[0] - 1, -1, -1) if reverse else range(xw.shape[0])
+        outputs = [None] * xw.shape[0]
+        acts = len(self.default_activations) * d
+        for t in steps:
+            h_new, c_new = self._step(acts, xw[t], h, c, r, rb, p, hidden)
+            if mask is None:
+                h, c, outputs[t] = h_new, c_new, h_new
+            else:
+                m = mask[t]
+                h = torch.where(m, h_new, h)
+                c = None if c_new is None else torch.where(m, c_new, c)
+                outputs[t] = torch.where(m, h_new, torch.zeros_like(h_new))
+        return torch.stack(outputs), h, c
+
+    def _step(self, acts, xw, h, c, r, rb, p, hidden):
+        raise NotImplementedError
+
+
+@register("LSTM")
+class LSTM(_Recurrent):
+    op_name, gates, has_cell_state = "LSTM", 4, True
+    default_activations = ("Sigmoid", "Tanh", "Tanh")
+
+    def __init__(self, activation_alpha=None, activation_beta=None, activations=None, clip=None,
+                 direction="forward", hidden_size=None, input_forget=0, layout=0) -> None:
+        super().__init__(activation_alpha, activation_beta, activations, clip, direction, hidden_size, layout)
+        if int(input_forget):
+            raise UnsupportedOperatorError("LSTM: input_forget=1 (coupled input and forget gates) is not supported; "
+                                           "use input_forget=0")
+
+    def _step(self, acts, xw, h, c, r, rb, p, n):
+        pre = xw + h @ r.t()
+        if rb is not None:
+            pre = pre + rb
+        a_i, a_o, a_f, a_c = pre[:, :n], pre[:, n:2 * n], pre[:, 2 * n:3 * n], pre[:, 3 * n:]
+        if p is not None:
+            a_i, a_f = a_i + p[:n] * c, a_f + p[2 * n:] * c
+        i, f = self._act(acts, a_i), self._act(acts, a_f)
+        c_new = f * c + i * self._act(acts + 1, a_c)
+        if p is not None:
+            a_o = a_o + p[n:2 * n] * c_new
+        o = self._act(acts, a_o)
+        fn, alpha, beta = self.activations[acts + 2]  # h(): the reference applies no clip to the cell output
+        return o * fn(c_new, alpha, beta), c_new
+
+
+@register("GRU")
+class GRU(_Recurrent):
+    op_name, gates = "GRU", 3
+    default_activations = ("Sigmoid", "Tanh")
+
+    def __init__(self, activation_alpha=None, activation_beta=None, activations=None, clip=None,
+                 direction="forward", hidden_size=None, layout=0, linear_before_reset=0) -> None:
+        super().__init__(activation_alpha, activation_beta, activations, clip, direction, hidden_size, layout)
+        self.linear_before_reset = bool(linear_before_reset)
+
+    def _step(self, acts, xw, h, c, r, rb, p, n):
+        rzr = h @ r[:2 * n].t()
+        if rb is not None:
+            rzr = rzr + rb[:2 * n]
+        z = self._act(acts, xw[:, :n] + rzr[:, :n])
+        reset = self._act(acts, xw[:, n:2 * n] + rzr[:, n:])
+        if self.linear_before_reset:
+            rh = h @ r[2 * n:].t()
+            if rb is not None:
+                rh = rh + rb[2 * n:]
+            candidate = self._act(acts + 1, xw[:, 2 * n:] + reset * rh)
+        else:
+            inner = (reset * h) @ r[2 * n:].t()
+            if rb is not None:
+                inner = inner + rb[2 * n:]
+            candidate = self._act(acts + 1, xw[:, 2 * n:] + inner)
+        return (1.0 - z) * candidate + z * h, None
+
+
+@register("RNN")
+class RNN(_Recurrent):
+    op_name, gates = "RNN", 1
+    default_activations = ("Tanh",)
+
+    def _step(self, acts, xw, h, c, r, rb, p, n):
+        pre = xw + h @ r.t()
+        if rb is not None:
+            pre = pre + rb
+        return self._act(acts, pre), None

@@ -1,0 +1,256 @@
+"""Shape operators as native torch operations: Identity, Flatten, Reshape, Transpose, Concat, Split, Slice,
+Pad, Squeeze, Unsqueeze, Expand, Tile, Shape, Size. Shape-like inputs arrive as int64 tensors and are read
+with ``.tolist()`` (they are constants of the graph, not differentiated)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from d5.errors import ShapeError
+from d5.frameworks.pytorch.operators import TorchOp, register
+from d5.frameworks.pytorch.operators._helpers import ints
+from d5.ops.onnx_semantics import as_text, normalize_axis, reshape_target
+# ONNX Reshape's target rule (0 copies, -1 inferred, allowzero) is framework-neutral; the reference keeps it.
+
+
+@register("Identity")
+class Identity(TorchOp):
+    def forward(self, x):
+        return x
+
+
+@register("Flatten")
+class Flatten(TorchOp):
+    def __init__(self, axis: int = 1) -> None:
+        super().__init__()
+        self.axis = int(axis)
+
+    def forward(self, x):
+        if not -x.dim() <= self.axis <= x.dim():
+            raise ShapeError(f"Flatten: axis {self.axis} is out of range for a {x.dim()}-D input of shape "
+                             f"{tuple(x.shape)}; use an axis in [{-x.dim()}, {x.dim()}]")
+        axis = self.axis % x.dim() if self.axis < 0 else self.axis
+        return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+
+
+@register("Reshape")
+class Reshape(TorchOp):
+    def __init__(self, allowzero: int = 0, shape=None) -> None:  # shape: the attribute of opsets 1-4
+        super().__init__()
+        self.allowzero = bool(allowzero)
+        self.shape = ints(shape)
+
+    def forward(self, data, shape=None):
+        target = self.shape if shape is None else ints(shape)
+        return data.reshape(reshape_target(tuple(data.shape), np.asarray(target, dtype=np.int64), self.allowzero))
+
+
+@register("Transpose")
+class Transpose(TorchOp):
+    def __init__(self, perm=None) -> None:
+        super().__init__()
+        self.perm = ints(perm)
+
+    def forward(self, x):
+        perm = self.perm if self.perm is not None else list(range(x.dim() - 1, -1, -1))
+        return x.permute(*perm)
+
+
+@register("Concat")
+class Concat(TorchOp):
+    def __init__(self, axis: int) -> None:
+        super().__init__()
+        self.axis = int(axis)
+
+    def forward(self, *inputs):
+        inputs = [x for x in inputs if x is not None]
+        return torch.cat(inputs, dim=normalize_axis("Concat", self.axis, inputs[0].dim()))
+
+
+@register("Split")
+class Split(TorchOp):
+    """Pieces of the lengths in ``split`` (input from opset 13, attribute before), or ``num_outputs`` (or the
+    node's output count) pieces of ceil(dim / n), the last shorter."""
+
+    def __init__(self, axis: int = 0, split=None, num_outputs: int | None = None) -> None:
+        super().__init__()
+        self.axis, self.split = int(axis), ints(split)
+        self.num_outputs = None if num_outputs is None else int(num_outputs)
+
+    def forward(self, x, split=None):
+        axis = normalize_axis("Split", self.axis, x.dim())
+        dim = x.shape[axis]
+        lengths = self.split if split is None else ints(split)
+        if lengths is None:
+            pieces = self.num_outputs or self.node_output_count
+            if not pieces or pieces < 1:
+                raise ShapeError("Split: give the piece lengths ('split' input or attribute) or num_outputs "
+                                 "(the number of outputs of the node)")
+            chunk = -(-dim // pieces)
+            lengths = [min(chunk, max(dim - k * chunk, 0)) for k in range(pieces)]
+        if sum(lengths) != dim or any(n < 0 for n in lengths):
+            raise ShapeError(f"Split: lengths {lengths} must be non-negative and sum to the axis length {dim}")
+        return tuple(torch.split(x, lengths, dim=axis))
+
+
+@register("Slice")
+class Slice(TorchOp):
+    """``data[starts:ends:steps]`` along ``axes`` with ONNX's clamping (inputs from opset 10, attributes before).
+    Negative steps flip the axis (torch slices take positive steps only)."""
+
+    def __init__(self, starts=None, ends=None, axes=None) -> None:
+        super().__init__()
+        self.starts, self.ends, self.axes = ints(starts), ints(ends), ints(axes)
+
+    def forward(self, x, starts=None, ends=None, axes=None, steps=None):
+        if starts is not None:
+            starts, ends, axes, steps = ints(starts), ints(ends), ints(axes), ints(steps)
+        else:
+            starts, ends, axes = self.starts, self.ends, self.axes
+        if starts is None or ends is None:
+            raise ShapeError("Slice: starts and ends are required (inputs 1 and 2, or attributes before opset 10)")
+        axes = list(range(len(starts))) if axes is None else [normalize_axis("Slice", a, x.dim()) for a in axes]
+        steps = [1] * len(starts) if steps is None else steps
+        if not len(starts) == len(ends) == len(axes) == len(steps):
+            raise ShapeError(f"Slice: starts {starts}, ends {ends}, axes {axes} and steps {steps} must have equal "
+                             "lengths")
+        for axis, start, end, step in zip(axes, starts, ends, steps):
+            if step == 0:
+                raise ShapeError("Slice: a step of 0 is not allowed")
+            dim = x.shape[axis]
+            start = start + dim if start < 0 else start
+            end = end + dim if end < 0 else end
+            if step > 0:
+                start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+                x = x.narrow(axis, start, 0) if end <= start else x[(slice(None),) * axis + (slice(start, end, step),)]
+            else:
+                start, end = min(max(start, -1), dim - 1), min(max(end, -1), dim - 1)
+                if start <= end:
+                    x = x.narrow(axis, 0, 0)
+                else:
+                    # Elements start, start+step, ... > end; on the flipped axis they start at dim-1-start.
+                    flipped = x.flip(axis)
+                    x = flipped[(slice(None),) * axis + (slice(dim - 1 - start, dim - 1 - end, -step),)]
+        return x
+
+
+@register("Pad")
+class Pad(TorchOp):
+    """Pad (negative pads crop) by ``pads = [begin..., end...]`` in mode constant, reflect, edge or wrap;
+    opset 18's ``axes`` input restricts the pads to those axes; before opset 11 pads and value were attributes."""
+
+    _TORCH_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
+
+    def __init__(self, mode="constant", pads=None, value: float = 0.0) -> None:
+        super().__init__()
+        self.mode = as_text(mode)
+        if self.mode not in self._TORCH_MODES:
+            raise ShapeError(f"Pad: unknown mode {self.mode!r}; use one of {sorted(self._TORCH_MODES)}")
+        self.pads, self.value = ints(pads), float(value)
+
+    def forward(self, x, pads=None, constant_value=None, axes=None):
+        pads = self.pads if pads is None else ints(pads)
+        if pads is None:
+            raise ShapeError("Pad: no pads given; pass them as the second input (opset 11+) or the attribute")
+        axes = list(range(x.dim())) if axes is None else [normalize_axis("Pad", a, x.dim()) for a in ints(axes)]
+        if len(pads) != 2 * len(axes):
+            raise ShapeError(f"Pad: {len(pads)} pads for {len(axes)} axes; give a begin and an end per axis")
+        widths = [(0, 0)] * x.dim()
+        for k, axis in enumerate(axes):
+            widths[axis] = (pads[k], pads[k + len(axes)])
+        if self.mode == "constant":
+            flat = [p for pair in reversed(widths) for p in pair]
+            if constant_value is None or constant_value.numel() == 0:
+                return F.pad(x, flat, mode="constant", value=self.value)
+            # The value as a tensor times the padded region's indicator, so it gets its gradient (the
+            # reference's: the sum of the output gradient over the padding).
+            region = F.pad(torch.zeros_like(x, requires_grad=False), flat, mode="constant", value=1.0)
+            return F.pad(x, flat, mode="constant", value=0.0) + region * constant_value.reshape(()).to(x.dtype)
+        # Crop first (negative pads), then pad the non-constant modes axis by axis (torch's reflect/replicate
+        # pad only trailing spatial axes of batched inputs, so each axis is moved last in turn).
+        for axis, (begin, end) in enumerate(widths):
+            if begin < 0 or end < 0:
+                b, e = max(-begin, 0), max(-end, 0)
+                x = x.narrow(axis, b, x.shape[axis] - b - e)
+        for axis, (begin, end) in enumerate(widths):
+            begin, end = max(begin, 0), max(end, 0)
+            if begin == 0 and end == 0:
+                continue
+            moved = x.movedim(axis, -1)
+            shape = moved.shape
+            padded = F.pad(moved.reshape(1, -1, shape[-1]), [begin, end], mode=self._TORCH_MODES[self.mode])
+            x = padded.reshape(*shape[:-1], padded.shape[-1]).movedim(-1, axis)
+        return x
+
+
+@register("Squeeze")
+class Squeeze(TorchOp):
+    def __init__(self, axes=None) -> None:
+        super().__init__()
+        self.axes = ints(axes)
+
+    def forward(self, x, axes=None):
+        axes = self.axes if axes is None else ints(axes)
+        if axes is None:
+            axes = [i for i, d in enumerate(x.shape) if d == 1]
+        axes = [normalize_axis("Squeeze", a, x.dim()) for a in axes]
+        if any(x.shape[a] != 1 for a in axes):
+            raise ShapeError(f"Squeeze: axes {axes} of the input of shape {tuple(x.shape)} are not all of size 1")
+        return x.reshape([d for i, d in enumerate(x.shape) if i not in axes])
+
+
+@register("Unsqueeze")
+class Unsqueeze(TorchOp):
+    def __init__(self, axes=None) -> None:
+        super().__init__()
+        self.axes = ints(axes)
+
+    def forward(self, x, axes=None):
+        axes = self.axes if axes is None else ints(axes)
+        if axes is None:
+            raise ShapeError("Unsqueeze: axes are required (input from opset 13, attribute before)")
+        rank = x.dim() + len(axes)
+        axes = sorted(normalize_axis("Unsqueeze", a, rank) for a in axes)
+        shape = list(x.shape)
+        for a in axes:
+            shape.insert(a, 1)
+        return x.reshape(shape)
+
+
+@register("Expand")
+class Expand(TorchOp):
+    def forward(self, x, shape):
+        target = torch.broadcast_shapes(tuple(x.shape), tuple(ints(shape)))
+        return x.expand(target).clone()  # a tensor of its own, not a view with zero strides
+
+
+@register("Tile")
+class Tile(TorchOp):
+    def forward(self, x, repeats, axis=None):
+        repeats = ints(repeats)
+        if len(repeats) != x.dim() or any(r < 0 for r in repeats):
+            raise ShapeError(f"Tile: repeats {repeats} must hold one non-negative count per axis of the "
+                             f"{x.dim()}-D input")
+        return x.repeat(*repeats) if repeats else x.clone()
+
+
+@register("Shape")
+class Shape(TorchOp):
+    def __init__(self, start: int = 0, end: int | None = None) -> None:
+        super().__init__()
+        self.start, self.end = int(start), None if end is None else int(end)
+
+    def forward(self, x):
+        ndim = x.dim()
+        start = min(max(self.start + ndim if self.start < 0 else self.start, 0), ndim)
+        end = ndim if self.end is None else min(max(self.end + ndim if self.end < 0 else self.end, 0), ndim)
+        return torch.tensor(list(x.shape)[start:end], dtype=torch.int64, device=x.device)
+
+
+@register("Size")
+class Size(TorchOp):
+    def forward(self, x):
+        return torch.tensor(x.numel(), dtype=torch.int64, device=x.device)
