@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from d5.errors import GraphError, ShapeError
-from d5.network.graph import Network, Node, TensorInfo
+from d5.network.graph import Network, Node, TensorInfo, require_name, suggest
 
 
 class LiveNetwork(abc.ABC):
@@ -71,6 +71,10 @@ class LiveNetwork(abc.ABC):
     def __init__(self, graph: Network) -> None:
         #: The framework-neutral description this state belongs to (parameters there are initial values).
         self.graph = graph
+        #: Current parameter values by name, in the framework's tensors (subclasses fill it); executors read
+        #: them at the start of every pass.
+        self.param_values: dict[str, Any] = {}
+        self._pass: dict[str, Any] = {}  # the last pass's other tensors (gradients, outputs), by name
 
     # ------------------------------------------------------------------ the protocol
     def get_params(self) -> list[str]:
@@ -82,10 +86,30 @@ class LiveNetwork(abc.ABC):
         ``executor.inference_and_backprop(inputs, y)`` each gradient can be fetched by its name."""
         return self.graph.gradient(y)
 
-    @abc.abstractmethod
     def fetch_tensors(self, names: Iterable[str]) -> list[np.ndarray]:
         """Current values of parameters, gradients or other tensors of the last pass, as NumPy arrays (see the
         class docstring for copies). One name (a str) counts as one name. Unknown names raise GraphError."""
+        if isinstance(names, str):  # one name, not its characters
+            names = [names]
+        out = []
+        for name in names:
+            require_name(name, "tensor name")
+            value = self.param_values.get(name)
+            if value is None:
+                value = self._pass.get(name)
+                if value is None:
+                    raise GraphError(f"no value for tensor {name!r}: it is neither a parameter nor produced by the last "
+                                     f"pass{suggest(name, list(self.param_values) + list(self._pass))}")
+            out.append(self.as_numpy(value))
+        return out
+
+    def as_numpy(self, value: Any) -> np.ndarray:
+        """A framework tensor as a NumPy array, without a copy where the framework allows (override)."""
+        return value
+
+    def set_pass_tensors(self, tensors: dict[str, Any]) -> None:
+        """Replace the tensors of the last pass (executors store gradients under their gradient names here)."""
+        self._pass = tensors
 
     @abc.abstractmethod
     def feed_tensor(self, name: str, value: Any, is_param: bool = False) -> None:

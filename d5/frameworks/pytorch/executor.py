@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import operator
 import warnings
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ from d5.frameworks.base import FrameworkExecutor
 from d5.frameworks.pytorch.custom_op import CustomOpModule, custom_op
 from d5.frameworks.pytorch.operators import create_operator
 from d5.network.executor import LiveNetwork
-from d5.network.graph import Network, Node, gradient_name, like_param, node_captures, require_name, suggest
+from d5.network.graph import Network, Node, gradient_name, like_param, node_captures, require_name
 from d5.ops.operator import CustomOp
 
 
@@ -87,34 +87,21 @@ class TorchLiveNetwork(LiveNetwork):
         self.device = device
         #: Current parameter values: ``nn.Parameter`` for trainable ones, plain tensors for the others.
         native = native_tensors(graph)  # a user's module keeps its own tensors
-        self.tensors: dict[str, torch.Tensor] = {
+        self.param_values: dict[str, torch.Tensor] = {
             name: native[name] if name in native else
             (torch.nn.Parameter(_to_torch(value, device)) if graph.is_trainable(name) else _to_torch(value, device))
             for name, value in graph.params.items()}
-        self._pass: dict[str, torch.Tensor] = {}  # the last pass's other tensors (gradients, outputs)
 
     def parameters(self) -> list[torch.nn.Parameter]:
         """The trainable parameters, in ``get_params()`` order (what torch optimizers take)."""
-        return [self.tensors[name] for name in self.get_params()]
+        return [self.param_values[name] for name in self.get_params()]
 
-    def fetch_tensors(self, names: Iterable[str]) -> list[np.ndarray]:
-        if isinstance(names, str):
-            names = [names]
-        out = []
-        for name in names:
-            require_name(name, "tensor name")
-            value = self.tensors.get(name)
-            if value is None:
-                value = self._pass.get(name)
-                if value is None:
-                    raise GraphError(f"no value for tensor {name!r}: it is neither a parameter nor produced by the last "
-                                     f"pass{suggest(name, list(self.tensors) + list(self._pass))}")
-            out.append(_to_numpy(value))
-        return out
+    def as_numpy(self, value: torch.Tensor) -> np.ndarray:
+        return _to_numpy(value)
 
     def feed_tensor(self, name: str, value: Any, is_param: bool = False) -> None:
         require_name(name, "tensor name")
-        current = self.tensors.get(name)
+        current = self.param_values.get(name)
         if current is not None:
             if isinstance(value, torch.Tensor):
                 if tuple(value.shape) != tuple(current.shape):
@@ -126,12 +113,9 @@ class TorchLiveNetwork(LiveNetwork):
                 current.copy_(source)
         elif is_param:
             self.graph.add_param(name, _to_numpy(value) if isinstance(value, torch.Tensor) else value)
-            self.tensors[name] = torch.nn.Parameter(_to_torch(self.graph.params[name], self.device))
+            self.param_values[name] = torch.nn.Parameter(_to_torch(self.graph.params[name], self.device))
         else:
             self._pass[name] = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
-
-    def set_pass_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        self._pass = tensors
 
 
 class PyTorchGraphExecutor(FrameworkExecutor):
@@ -225,7 +209,7 @@ class PyTorchGraphExecutor(FrameworkExecutor):
         module, inputs, outputs = self._module(frozenset(feeds))
         self._ops.train(training)
         args = [_to_torch(feeds[name], self._device) for name in inputs]
-        live = self.network.tensors
+        live = self.network.param_values
         values = module(*args, *[live[name] for name in self.graph.params])
         return dict(zip(outputs, values))
 

@@ -17,7 +17,7 @@ from d5.frameworks.reference.operators import create_operator, supported_operato
 from d5.frameworks.reference.kernels import serial_numpy_blas
 from d5.network.operator_errors import operator_failure
 from d5.network.executor import LiveNetwork
-from d5.network.graph import Network, Node, gradient_name, like_param, node_captures, require_name, suggest
+from d5.network.graph import Network, Node, gradient_name, like_param, node_captures, require_name
 from d5.network.memory import check_working_set, tensor_nbytes
 from d5.network.onnx_export import infer_shapes
 from d5.ops.operator import CustomOp, Gradient, as_tuple
@@ -61,24 +61,7 @@ class ReferenceLiveNetwork(LiveNetwork):
 
     def __init__(self, graph: Network) -> None:
         super().__init__(graph)
-        #: Current parameter values by name; executors read them at the start of every pass.
-        self.param_values: dict[str, np.ndarray] = graph.params
-        self._tensors: dict[str, Any] = {}  # the last pass's other tensors (gradients, activations)
-
-    def fetch_tensors(self, names: Iterable[str]) -> list[np.ndarray]:
-        if isinstance(names, str):  # one name, not its characters
-            names = [names]
-        out = []
-        for name in names:
-            require_name(name, "tensor name")
-            value = self.param_values.get(name)
-            if value is None:
-                value = self._tensors.get(name)
-                if value is None:
-                    raise GraphError(f"no value for tensor {name!r}: it is neither a parameter nor produced by the last "
-                                     f"pass{suggest(name, list(self.param_values) + list(self._tensors))}")
-            out.append(value)
-        return out
+        self.param_values = graph.params
 
     def feed_tensor(self, name: str, value: Any, is_param: bool = False) -> None:
         require_name(name, "tensor name")
@@ -88,11 +71,7 @@ class ReferenceLiveNetwork(LiveNetwork):
         elif is_param:
             self.param_values[name] = self.graph.add_param(name, value)
         else:
-            self._tensors[name] = value
-
-    def set_pass_tensors(self, tensors: dict[str, Any]) -> None:
-        """Replace the tensors of the last pass (gradients under :func:`d5.network.graph.gradient_name`)."""
-        self._tensors = tensors
+            self._pass[name] = value
 
 
 class ReferenceGraphExecutor(FrameworkExecutor):
