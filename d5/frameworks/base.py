@@ -124,6 +124,31 @@ class FrameworkExecutor(GraphExecutor):
         return self.run_training(self.check_inputs(inputs), y)
 
 
+#: Loss operators a framework's ``from_native`` accepts by name, with the dtype of the labels they take (None:
+#: the model input's).
+NATIVE_LOSSES = {"SoftmaxCrossEntropyLoss": "int64", "NegativeLogLikelihoodLoss": "int64", "MeanSquaredError": None}
+
+
+def add_native_loss(network: Network, loss: Any, native_loss: Any, input_dtype: Any, label_dtype: Any,
+                    accepts: str) -> None:
+    """Give a ``from_native`` network input ``'label'`` and output ``'loss'`` computed from ``'output'``: ``loss``
+    names a loss operator (:data:`NATIVE_LOSSES`), or ``native_loss`` (the framework's wrapping of ``loss`` as a
+    d5 CustomOp, None when the framework cannot wrap it) computes it. ``accepts`` says, for the error, what the
+    framework takes besides a name."""
+    if isinstance(loss, str):
+        if loss not in NATIVE_LOSSES:
+            raise GraphError(f"from_native: unknown loss {loss!r}; name one of {sorted(NATIVE_LOSSES)} or pass "
+                             f"{accepts}")
+        network.add_input("label", None, NATIVE_LOSSES[loss] or input_dtype)
+        network.add_node(loss, ["output", "label"], ["loss"], name="loss")
+    elif native_loss is not None:
+        network.add_input("label", None, label_dtype)
+        network.add_custom_node(native_loss, ["output", "label"], ["loss"], name="loss")
+    else:
+        raise GraphError(f"from_native: loss must be a loss operator's name or {accepts}, got {type(loss).__name__}")
+    network.add_output("loss")
+
+
 def contract_violations(package: types.ModuleType) -> list[str]:
     """What ``package`` (a framework package, e.g. ``d5.frameworks.reference``) lacks or gets wrong of the
     contract: missing public names or module files, operator modules outside :data:`OPERATOR_CATEGORIES`, a

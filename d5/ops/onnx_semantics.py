@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from d5.errors import ShapeError
+from d5.errors import ShapeError, UnsupportedOperatorError
 
 AUTO_PAD_MODES = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -375,6 +375,98 @@ def tensor_attribute(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-__all__ = ["AUTO_PAD_MODES", "reshape_target", "tensor_attribute", "MAX_WINDOW_EXTENT", "MAX_WINDOW_POSITIONS", "WindowGeometry", "as_text",
+# -------------------------------------------------------------------------------------------- Split
+
+def split_lengths(op_name: str, dim: int, lengths: Sequence[int] | None, pieces: int | None) -> list[int]:
+    """The piece lengths of ONNX Split along an axis of length ``dim``: ``lengths`` as given, or ``pieces``
+    equal pieces (the last one smaller when ``dim`` does not divide; opset 18's ``num_outputs``, or the
+    node's output count before it).
+
+    >>> split_lengths("Split", 7, None, 3)
+    [3, 3, 1]
+    """
+    if lengths is None:
+        if not pieces or pieces < 1:
+            raise ShapeError(f"{op_name}: give the piece lengths ('split' input or attribute) or num_outputs "
+                             "(the number of outputs of the node)")
+        chunk = -(-dim // pieces)
+        lengths = [min(chunk, max(dim - k * chunk, 0)) for k in range(pieces)]
+    lengths = [int(n) for n in lengths]
+    if sum(lengths) != dim or any(n < 0 for n in lengths):
+        raise ShapeError(f"{op_name}: lengths {lengths} must be non-negative and sum to the axis length {dim}")
+    return lengths
+
+
+# -------------------------------------------------------------------------------- LSTM, GRU and RNN
+
+#: The activation functions ONNX's recurrent operators name, with (uses alpha, uses beta, default alpha,
+#: default beta); each framework supplies the functions themselves.
+RECURRENT_ACTIVATIONS: dict[str, tuple[bool, bool, float | None, float | None]] = {
+    "sigmoid": (False, False, None, None), "tanh": (False, False, None, None), "relu": (False, False, None, None),
+    "leakyrelu": (True, False, 0.01, None), "thresholdedrelu": (True, False, 1.0, None),
+    "hardsigmoid": (True, True, 0.2, 0.5), "affine": (True, True, 1.0, 0.0), "scaledtanh": (True, True, 1.0, 1.0),
+    "elu": (True, False, 1.0, None), "softsign": (False, False, None, None), "softplus": (False, False, None, None),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RecurrentAttributes:
+    """The checked attributes of an LSTM, GRU or RNN node. ``activations`` holds ``(name, alpha, beta)`` for
+    each function, ``len(default_activations)`` per direction (lower-case names of RECURRENT_ACTIVATIONS)."""
+
+    direction: str
+    num_directions: int
+    hidden_size: int | None
+    clip: float | None
+    layout: int
+    activations: tuple[tuple[str, float | None, float | None], ...]
+
+
+def recurrent_attributes(op_name: str, default_activations: Sequence[str], *, activation_alpha=None,
+                         activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
+                         layout=0) -> RecurrentAttributes:
+    """Check and resolve a recurrent node's attributes (ONNX defaults where absent).
+
+    >>> recurrent_attributes("RNN", ("Tanh",), direction="bidirectional").activations
+    (('tanh', None, None), ('tanh', None, None))
+    """
+    direction = as_text(direction)
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise ShapeError(f"{op_name}: direction must be forward, reverse or bidirectional, got {direction!r}")
+    directions = 2 if direction == "bidirectional" else 1
+    layout = int(layout)
+    if layout not in (0, 1):
+        raise ShapeError(f"{op_name}: layout must be 0 (sequence first) or 1 (batch first), got {layout}")
+    per_direction = len(default_activations)
+    names = [as_text(n) for n in (activations or [])] or list(default_activations) * directions
+    if len(names) == per_direction:  # one set given for a bidirectional layer: used by both directions
+        names = names * directions
+    elif directions == 1 and len(names) == 2 * per_direction:
+        # Two sets for a one-direction layer: RNN's schema default is ["Tanh", "Tanh"] (one per direction of a
+        # bidirectional layer) whatever the direction; onnx.reference and onnxruntime use the first set.
+        names = names[:per_direction]
+    if len(names) != per_direction * directions:
+        raise ShapeError(f"{op_name}: expected {per_direction} activations per direction ({per_direction * directions} "
+                         f"in all), got {names}")
+    alphas, betas = list(activation_alpha or []), list(activation_beta or [])
+    resolved = []
+    for name in names:
+        key = name.lower()
+        if key not in RECURRENT_ACTIVATIONS:
+            raise UnsupportedOperatorError(f"{op_name}: activation {name!r} is not supported; use one of "
+                                           f"{', '.join(sorted(RECURRENT_ACTIVATIONS))}")
+        uses_alpha, uses_beta, alpha, beta = RECURRENT_ACTIVATIONS[key]
+        # ONNX lists alpha/beta values in the order of the activations that take them.
+        if uses_alpha and alphas:
+            alpha = float(alphas.pop(0))
+        if uses_beta and betas:
+            beta = float(betas.pop(0))
+        resolved.append((key, alpha, beta))
+    return RecurrentAttributes(direction, directions, None if hidden_size is None else int(hidden_size),
+                               None if clip is None else float(clip), layout, tuple(resolved))
+
+
+__all__ = ["AUTO_PAD_MODES", "RECURRENT_ACTIVATIONS", "RecurrentAttributes", "recurrent_attributes",
+           "split_lengths", "reshape_target", "tensor_attribute", "MAX_WINDOW_EXTENT", "MAX_WINDOW_POSITIONS", "WindowGeometry", "as_text",
            "broadcast_shape", "check_window_attributes", "int_tuple", "normalize_axes", "normalize_axis",
            "not_broadcastable", "optional_input", "unbroadcast_axes", "window_geometry"]

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from d5.errors import GraphError
-from d5.frameworks.base import Capabilities
+from d5.frameworks.base import NATIVE_LOSSES, Capabilities, add_native_loss  # noqa: F401 (NATIVE_LOSSES: re-export)
 from d5.frameworks.pytorch.custom_op import custom_op
 from d5.frameworks.pytorch.executor import NativeModuleOp, PyTorchGraphExecutor, torch_device
 from d5.frameworks.pytorch.optimizers import (AdaGradOptimizer, AdamOptimizer, AdamWOptimizer, GradientDescent,
@@ -31,9 +31,6 @@ NAME = "pytorch"
 
 CAPABILITIES = Capabilities(gpu=True, native_operators=True, fallback=True, trainable=True, custom_ops=("python",),
                             zero_copy_fetch=True)
-
-#: Loss operators ``from_native`` accepts by name, with the dtype of the labels they take (None: the input's).
-NATIVE_LOSSES = {"SoftmaxCrossEntropyLoss": "int64", "NegativeLogLikelihoodLoss": "int64", "MeanSquaredError": None}
 
 
 def from_model(network: Network, device: Any = None, strict: bool = False, compile: bool = False,
@@ -87,18 +84,9 @@ def from_native(module: torch.nn.Module, loss: Any = None, inputs: Mapping[str, 
     network.add_custom_node(NativeModuleOp(module), list(inputs), ["output"], name="model")
     network.add_output("output")
     if loss is not None:
-        if isinstance(loss, str):
-            if loss not in NATIVE_LOSSES:
-                raise GraphError(f"from_native: unknown loss {loss!r}; name one of {sorted(NATIVE_LOSSES)} or pass a "
-                                 "torch loss such as torch.nn.CrossEntropyLoss()")
-            network.add_input("label", None, NATIVE_LOSSES[loss] or input_dtype)
-            network.add_node(loss, ["output", "label"], ["loss"], name="loss")
-        elif callable(loss):
-            network.add_input("label", None, label_dtype)
-            network.add_custom_node(NativeModuleOp(loss), ["output", "label"], ["loss"], name="loss")
-        else:
-            raise GraphError(f"from_native: loss must be a torch loss or a loss operator's name, got {type(loss).__name__}")
-        network.add_output("loss")
+        native_loss = NativeModuleOp(loss) if callable(loss) and not isinstance(loss, str) else None
+        add_native_loss(network, loss, native_loss, input_dtype, label_dtype,
+                        "a torch loss such as torch.nn.CrossEntropyLoss()")
     return PyTorchGraphExecutor(network, device=device)
 
 

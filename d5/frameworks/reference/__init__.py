@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from d5.errors import GraphError
-from d5.frameworks.base import Capabilities
+from d5.frameworks.base import NATIVE_LOSSES, Capabilities, add_native_loss  # noqa: F401 (NATIVE_LOSSES: re-export)
 from d5.frameworks.reference.custom_op import custom_op
 from d5.frameworks.reference.executor import ReferenceGraphExecutor
 from d5.frameworks.reference.kernels import num_threads, set_num_threads
@@ -26,9 +26,6 @@ NAME = "reference"
 
 CAPABILITIES = Capabilities(gpu=False, native_operators=True, fallback=True, trainable=True,
                             custom_ops=("python",), zero_copy_fetch=True)
-
-#: Loss operators ``from_native`` accepts by name, with the dtype of the labels they take (None: the output's).
-NATIVE_LOSSES = {"SoftmaxCrossEntropyLoss": "int64", "NegativeLogLikelihoodLoss": "int64", "MeanSquaredError": None}
 
 
 def from_model(network: Network, device: Any = None, fallback: bool = False) -> ReferenceGraphExecutor:
@@ -89,19 +86,8 @@ def from_native(model: CustomOp | Callable[..., np.ndarray], loss: str | CustomO
     network.add_custom_node(op, ["input", *(params or {})], ["output"], name="model")
     network.add_output("output")
     if loss is not None:
-        if isinstance(loss, str):
-            if loss not in NATIVE_LOSSES:
-                raise GraphError(f"from_native: unknown loss {loss!r}; name one of {sorted(NATIVE_LOSSES)} or pass a "
-                                 "d5.ops.CustomOp taking [output, label]")
-            network.add_input("label", None, NATIVE_LOSSES[loss] or input_dtype)
-            network.add_node(loss, ["output", "label"], ["loss"], name="loss")
-        elif isinstance(loss, CustomOp):
-            network.add_input("label", None, input_dtype)
-            network.add_custom_node(loss, ["output", "label"], ["loss"], name="loss")
-        else:
-            raise GraphError(f"from_native: loss must be a loss operator's name or a d5.ops.CustomOp, got "
-                             f"{type(loss).__name__}")
-        network.add_output("loss")
+        add_native_loss(network, loss, loss if isinstance(loss, CustomOp) else None, input_dtype, input_dtype,
+                        "a d5.ops.CustomOp taking [output, label]")
     return from_model(network, device=device)
 
 

@@ -10,50 +10,22 @@ import torch.nn.functional as F
 
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.pytorch.operators import TorchOp, register
-from d5.ops.onnx_semantics import as_text
+from d5.ops.onnx_semantics import recurrent_attributes
 
-# name -> (uses alpha, uses beta, default alpha, default beta, f(a, alpha, beta))
+# name -> f(a, alpha, beta); which take alpha/beta: onnx_semantics.RECURRENT_ACTIVATIONS
 _ACTIVATIONS = {
-    "sigmoid": (False, False, None, None, lambda a, al, be: torch.sigmoid(a)),
-    "tanh": (False, False, None, None, lambda a, al, be: torch.tanh(a)),
-    "relu": (False, False, None, None, lambda a, al, be: torch.relu(a)),
-    "leakyrelu": (True, False, 0.01, None, lambda a, al, be: torch.where(a >= 0, a, al * a)),
-    "thresholdedrelu": (True, False, 1.0, None, lambda a, al, be: torch.where(a > al, a, torch.zeros_like(a))),
-    "hardsigmoid": (True, True, 0.2, 0.5, lambda a, al, be: torch.clamp(al * a + be, 0, 1)),
-    "affine": (True, True, 1.0, 0.0, lambda a, al, be: al * a + be),
-    "scaledtanh": (True, True, 1.0, 1.0, lambda a, al, be: al * torch.tanh(be * a)),
-    "elu": (True, False, 1.0, None, lambda a, al, be: torch.where(a >= 0, a, al * torch.expm1(torch.clamp(a, max=0)))),
-    "softsign": (False, False, None, None, lambda a, al, be: F.softsign(a)),
-    "softplus": (False, False, None, None, lambda a, al, be: F.softplus(a)),
+    "sigmoid": lambda a, al, be: torch.sigmoid(a),
+    "tanh": lambda a, al, be: torch.tanh(a),
+    "relu": lambda a, al, be: torch.relu(a),
+    "leakyrelu": lambda a, al, be: torch.where(a >= 0, a, al * a),
+    "thresholdedrelu": lambda a, al, be: torch.where(a > al, a, torch.zeros_like(a)),
+    "hardsigmoid": lambda a, al, be: torch.clamp(al * a + be, 0, 1),
+    "affine": lambda a, al, be: al * a + be,
+    "scaledtanh": lambda a, al, be: al * torch.tanh(be * a),
+    "elu": lambda a, al, be: torch.where(a >= 0, a, al * torch.expm1(torch.clamp(a, max=0))),
+    "softsign": lambda a, al, be: F.softsign(a),
+    "softplus": lambda a, al, be: F.softplus(a),
 }
-
-
-def _parse_activations(op: str, names, alphas, betas, defaults, directions):
-    """The activation functions, ``len(defaults)`` per direction (the reference's rule)."""
-    names = [as_text(n) for n in (names or [])]
-    if not names:
-        names = list(defaults) * directions
-    if len(names) == len(defaults):
-        names = names * directions
-    elif directions == 1 and len(names) == 2 * len(defaults):
-        names = names[:len(defaults)]
-    if len(names) != len(defaults) * directions:
-        raise ShapeError(f"{op}: expected {len(defaults)} activations per direction ({len(defaults) * directions} in "
-                         f"all), got {names}")
-    alphas, betas = list(alphas or []), list(betas or [])
-    result = []
-    for name in names:
-        key = name.lower()
-        if key not in _ACTIVATIONS:
-            raise UnsupportedOperatorError(f"{op}: activation {name!r} is not supported; use one of "
-                                           f"{', '.join(sorted(_ACTIVATIONS))}")
-        uses_alpha, uses_beta, alpha, beta, fn = _ACTIVATIONS[key]
-        if uses_alpha and alphas:
-            alpha = float(alphas.pop(0))
-        if uses_beta and betas:
-            beta = float(betas.pop(0))
-        result.append((fn, alpha, beta))
-    return result
 
 
 class _Recurrent(TorchOp):
@@ -65,17 +37,12 @@ class _Recurrent(TorchOp):
     def __init__(self, activation_alpha=None, activation_beta=None, activations=None, clip=None,
                  direction="forward", hidden_size=None, layout=0) -> None:
         super().__init__()
-        self.direction = as_text(direction)
-        if self.direction not in ("forward", "reverse", "bidirectional"):
-            raise ShapeError(f"{self.op_name}: direction must be forward, reverse or bidirectional, got {direction!r}")
-        self.num_directions = 2 if self.direction == "bidirectional" else 1
-        self.hidden_size = None if hidden_size is None else int(hidden_size)
-        self.clip = None if clip is None else float(clip)
-        self.layout = int(layout)
-        if self.layout not in (0, 1):
-            raise ShapeError(f"{self.op_name}: layout must be 0 (sequence first) or 1 (batch first), got {layout}")
-        self.activations = _parse_activations(self.op_name, activations, activation_alpha, activation_beta,
-                                              self.default_activations, self.num_directions)
+        attributes = recurrent_attributes(self.op_name, self.default_activations, activation_alpha=activation_alpha,
+                                          activation_beta=activation_beta, activations=activations, clip=clip,
+                                          direction=direction, hidden_size=hidden_size, layout=layout)
+        self.direction, self.num_directions = attributes.direction, attributes.num_directions
+        self.hidden_size, self.clip, self.layout = attributes.hidden_size, attributes.clip, attributes.layout
+        self.activations = [(_ACTIVATIONS[name], alpha, beta) for name, alpha, beta in attributes.activations]
 
     def _act(self, index: int, a):
         if self.clip is not None:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints
-from d5.ops.onnx_semantics import as_text, normalize_axis, reshape_target
+from d5.ops.onnx_semantics import as_text, normalize_axis, reshape_target, split_lengths
 # ONNX Reshape's target rule (0 copies, -1 inferred, allowzero) is framework-neutral; the reference keeps it.
 
 
@@ -83,16 +83,8 @@ class Split(TorchOp):
     def forward(self, x, split=None):
         axis = normalize_axis("Split", self.axis, x.dim())
         dim = x.shape[axis]
-        lengths = self.split if split is None else ints(split)
-        if lengths is None:
-            pieces = self.num_outputs or self.node_output_count
-            if not pieces or pieces < 1:
-                raise ShapeError("Split: give the piece lengths ('split' input or attribute) or num_outputs "
-                                 "(the number of outputs of the node)")
-            chunk = -(-dim // pieces)
-            lengths = [min(chunk, max(dim - k * chunk, 0)) for k in range(pieces)]
-        if sum(lengths) != dim or any(n < 0 for n in lengths):
-            raise ShapeError(f"Split: lengths {lengths} must be non-negative and sum to the axis length {dim}")
+        lengths = split_lengths("Split", dim, self.split if split is None else ints(split),
+                                self.num_outputs or self.node_output_count)
         return tuple(torch.split(x, lengths, dim=axis))
 
 

@@ -14,14 +14,12 @@ ONNX's: LSTM ``i, o, f, c``; GRU ``z, r, h``.
 """
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.reference.kernels import compute_dtype
 from d5.frameworks.reference.operators import ReferenceOp, register
-from d5.ops.onnx_semantics import as_text
+from d5.ops.onnx_semantics import recurrent_attributes
 
 
 # ----------------------------------------------------------------------------------------- activations
@@ -30,25 +28,25 @@ def _sigmoid(a):
     return 0.5 * (np.tanh(0.5 * a) + 1.0)  # overflow-free logistic
 
 
-# name -> (uses alpha, uses beta, default alpha, default beta, f(a, al, be), df(a, y, al, be))
+# name -> (f(a, alpha, beta), df(a, y, alpha, beta)); which take alpha/beta: onnx_semantics.RECURRENT_ACTIVATIONS
 _ACTIVATIONS: dict[str, tuple] = {
-    "sigmoid": (False, False, None, None, lambda a, al, be: _sigmoid(a), lambda a, y, al, be: y * (1.0 - y)),
-    "tanh": (False, False, None, None, lambda a, al, be: np.tanh(a), lambda a, y, al, be: 1.0 - y * y),
-    "relu": (False, False, None, None, lambda a, al, be: np.maximum(a, 0), lambda a, y, al, be: (a > 0).astype(a.dtype)),
-    "leakyrelu": (True, False, 0.01, None, lambda a, al, be: np.where(a >= 0, a, al * a),
+    "sigmoid": (lambda a, al, be: _sigmoid(a), lambda a, y, al, be: y * (1.0 - y)),
+    "tanh": (lambda a, al, be: np.tanh(a), lambda a, y, al, be: 1.0 - y * y),
+    "relu": (lambda a, al, be: np.maximum(a, 0), lambda a, y, al, be: (a > 0).astype(a.dtype)),
+    "leakyrelu": (lambda a, al, be: np.where(a >= 0, a, al * a),
                   lambda a, y, al, be: np.where(a >= 0, 1.0, al).astype(a.dtype)),
-    "thresholdedrelu": (True, False, 1.0, None, lambda a, al, be: np.where(a > al, a, 0).astype(a.dtype),
+    "thresholdedrelu": (lambda a, al, be: np.where(a > al, a, 0).astype(a.dtype),
                         lambda a, y, al, be: (a > al).astype(a.dtype)),
-    "hardsigmoid": (True, True, 0.2, 0.5, lambda a, al, be: np.clip(al * a + be, 0, 1),
+    "hardsigmoid": (lambda a, al, be: np.clip(al * a + be, 0, 1),
                     lambda a, y, al, be: np.where((al * a + be > 0) & (al * a + be < 1), al, 0).astype(a.dtype)),
-    "affine": (True, True, 1.0, 0.0, lambda a, al, be: al * a + be, lambda a, y, al, be: np.full_like(a, al)),
-    "scaledtanh": (True, True, 1.0, 1.0, lambda a, al, be: al * np.tanh(be * a),
+    "affine": (lambda a, al, be: al * a + be, lambda a, y, al, be: np.full_like(a, al)),
+    "scaledtanh": (lambda a, al, be: al * np.tanh(be * a),
                    lambda a, y, al, be: al * be * (1.0 - np.tanh(be * a) ** 2)),
-    "elu": (True, False, 1.0, None, lambda a, al, be: np.where(a >= 0, a, al * (np.exp(np.minimum(a, 0)) - 1)),
+    "elu": (lambda a, al, be: np.where(a >= 0, a, al * (np.exp(np.minimum(a, 0)) - 1)),
             lambda a, y, al, be: np.where(a >= 0, 1.0, al * np.exp(np.minimum(a, 0))).astype(a.dtype)),
-    "softsign": (False, False, None, None, lambda a, al, be: a / (1 + np.abs(a)),
+    "softsign": (lambda a, al, be: a / (1 + np.abs(a)),
                  lambda a, y, al, be: 1.0 / (1 + np.abs(a)) ** 2),
-    "softplus": (False, False, None, None, lambda a, al, be: np.logaddexp(0, a), lambda a, y, al, be: _sigmoid(a)),
+    "softplus": (lambda a, al, be: np.logaddexp(0, a), lambda a, y, al, be: _sigmoid(a)),
 }
 
 
@@ -58,43 +56,13 @@ class _Activation:
     def __init__(self, name: str, alpha: float | None, beta: float | None) -> None:
         entry = _ACTIVATIONS[name]
         self.alpha, self.beta = alpha, beta
-        self._f, self._df = entry[4], entry[5]
+        self._f, self._df = entry
 
     def __call__(self, a: np.ndarray) -> np.ndarray:
         return self._f(a, self.alpha, self.beta)
 
     def grad(self, a: np.ndarray, y: np.ndarray) -> np.ndarray:
         return self._df(a, y, self.alpha, self.beta)
-
-
-def _parse_activations(op: str, names, alphas, betas, defaults: Sequence[str], directions: int) -> list[_Activation]:
-    names = [as_text(n) for n in (names or [])]
-    if not names:
-        names = list(defaults) * directions
-    if len(names) == len(defaults):  # one set given for a bidirectional layer: used by both directions
-        names = names * directions
-    elif directions == 1 and len(names) == 2 * len(defaults):
-        # Two sets for a one-direction layer: RNN's schema default is ["Tanh", "Tanh"] (one per direction of a
-        # bidirectional layer) whatever the direction; onnx.reference and onnxruntime use the first set.
-        names = names[:len(defaults)]
-    if len(names) != len(defaults) * directions:
-        raise ShapeError(f"{op}: expected {len(defaults)} activations per direction ({len(defaults) * directions} in "
-                         f"all), got {names}")
-    alphas, betas = list(alphas or []), list(betas or [])
-    result = []
-    for name in names:
-        key = name.lower()
-        if key not in _ACTIVATIONS:
-            raise UnsupportedOperatorError(f"{op}: activation {name!r} is not supported; use one of "
-                                           f"{', '.join(sorted(_ACTIVATIONS))}")
-        uses_alpha, uses_beta, alpha, beta = _ACTIVATIONS[key][:4]
-        # ONNX lists alpha/beta values in the order of the activations that take them.
-        if uses_alpha and alphas:
-            alpha = float(alphas.pop(0))
-        if uses_beta and betas:
-            beta = float(betas.pop(0))
-        result.append(_Activation(key, alpha, beta))
-    return result
 
 
 def _activate(fn: _Activation, a: np.ndarray, clip: float | None) -> tuple[np.ndarray, np.ndarray]:
@@ -233,17 +201,12 @@ class _RecurrentOp(ReferenceOp):
     def __init__(self, activation_alpha=None, activation_beta=None, activations=None, clip=None,
                  direction="forward", hidden_size=None, layout=0) -> None:
         super().__init__()
-        self.direction = as_text(direction)
-        if self.direction not in ("forward", "reverse", "bidirectional"):
-            raise ShapeError(f"{self.op_name}: direction must be forward, reverse or bidirectional, got {direction!r}")
-        self.num_directions = 2 if self.direction == "bidirectional" else 1
-        self.hidden_size = None if hidden_size is None else int(hidden_size)
-        self.clip = None if clip is None else float(clip)
-        self.layout = int(layout)
-        if self.layout not in (0, 1):
-            raise ShapeError(f"{self.op_name}: layout must be 0 (sequence first) or 1 (batch first), got {layout}")
-        self.activations = _parse_activations(self.op_name, activations, activation_alpha, activation_beta,
-                                              self.default_activations, self.num_directions)
+        attributes = recurrent_attributes(self.op_name, self.default_activations, activation_alpha=activation_alpha,
+                                          activation_beta=activation_beta, activations=activations, clip=clip,
+                                          direction=direction, hidden_size=hidden_size, layout=layout)
+        self.direction, self.num_directions = attributes.direction, attributes.num_directions
+        self.hidden_size, self.clip, self.layout = attributes.hidden_size, attributes.clip, attributes.layout
+        self.activations = [_Activation(*activation) for activation in attributes.activations]
         self._saved: tuple | None = None
 
     # -- subclass hooks ----------------------------------------------------------------------------

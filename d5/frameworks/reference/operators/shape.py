@@ -33,7 +33,7 @@ from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import int_list, require_rank
 from d5.frameworks.reference.operators.elementwise import ensure_array, is_float, unbroadcast
 from d5.network.memory import check_allocation
-from d5.ops.onnx_semantics import as_text, normalize_axes, optional_input, reshape_target
+from d5.ops.onnx_semantics import as_text, normalize_axes, optional_input, reshape_target, split_lengths
 from d5.ops.operator import Gradient
 
 
@@ -258,17 +258,8 @@ class Split(ReferenceOp):
         x = inputs[0]
         axis = normalize_axes("Split", [self.axis], x.ndim)[0]
         dim = x.shape[axis]
-        lengths = _ints_input(inputs, 1, self.split)
-        if lengths is None:
-            pieces = self.num_outputs or self.node_output_count
-            if not pieces or pieces < 1:
-                raise ShapeError("Split: give the piece lengths ('split' input or attribute) or num_outputs "
-                                 "(the number of outputs of the node)")
-            chunk = -(-dim // pieces)
-            lengths = [min(chunk, max(dim - k * chunk, 0)) for k in range(pieces)]
-        if sum(lengths) != dim or any(n < 0 for n in lengths):
-            raise ShapeError(f"Split: lengths {lengths} must be non-negative and sum to the axis length {dim}")
-        return axis, lengths
+        return axis, split_lengths("Split", dim, _ints_input(inputs, 1, self.split),
+                                   self.num_outputs or self.node_output_count)
 
     def forward(self, inputs):
         axis, lengths = self._lengths(inputs)
