@@ -375,6 +375,38 @@ def tensor_attribute(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
+# -------------------------------------------------------------------------------------------- Slice
+
+def slice_bounds(op_name: str, shape: Sequence[int], starts: Sequence[int], ends: Sequence[int],
+                 axes: Sequence[int] | None, steps: Sequence[int] | None) -> list[tuple[int, int, int, int]]:
+    """ONNX Slice resolved against ``shape``: ``(axis, start, end, step)`` per sliced axis, with negative
+    indices counted from the end and clamped as the spec says (to ``[0, dim]`` for a positive step, ``start``
+    to ``[0, dim - 1]`` and ``end`` to ``[-1, dim - 1]`` for a negative one; an end of -1 then means "past the
+    front").
+
+    >>> slice_bounds("Slice", (5,), [-1], [-100], None, [-2])
+    [(0, 4, -1, -2)]
+    """
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ShapeError(f"{op_name}: starts {list(starts)}, ends {list(ends)}, axes {list(axes)} and steps "
+                         f"{list(steps)} must have equal lengths")
+    bounds = []
+    for axis, start, end, step in zip(normalize_axes(op_name, axes, len(shape)), starts, ends, steps):
+        if step == 0:
+            raise ShapeError(f"{op_name}: a step of 0 is not allowed")
+        dim = shape[axis]
+        start = start + dim if start < 0 else start
+        end = end + dim if end < 0 else end
+        if step > 0:
+            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+        else:
+            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+        bounds.append((axis, start, end, int(step)))
+    return bounds
+
+
 # -------------------------------------------------------------------------------------------- Split
 
 def split_lengths(op_name: str, dim: int, lengths: Sequence[int] | None, pieces: int | None) -> list[int]:
@@ -467,6 +499,6 @@ def recurrent_attributes(op_name: str, default_activations: Sequence[str], *, ac
 
 
 __all__ = ["AUTO_PAD_MODES", "RECURRENT_ACTIVATIONS", "RecurrentAttributes", "recurrent_attributes",
-           "split_lengths", "reshape_target", "tensor_attribute", "MAX_WINDOW_EXTENT", "MAX_WINDOW_POSITIONS", "WindowGeometry", "as_text",
+           "slice_bounds", "split_lengths", "reshape_target", "tensor_attribute", "MAX_WINDOW_EXTENT", "MAX_WINDOW_POSITIONS", "WindowGeometry", "as_text",
            "broadcast_shape", "check_window_attributes", "int_tuple", "normalize_axes", "normalize_axis",
            "not_broadcastable", "optional_input", "unbroadcast_axes", "window_geometry"]

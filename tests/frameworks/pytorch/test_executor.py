@@ -150,3 +150,17 @@ def test_the_generated_module_is_a_torch_fx_graph_module_per_fed_input_set():
     modules = [entry[0] for entry in executor._modules.values()]
     assert len(modules) == 2 and all(isinstance(m, torch.fx.GraphModule) for m in modules)
     assert compare_executors(executor, reference.from_model(d5.models.lenet5()), batch)
+
+
+@pytest.mark.parametrize("starts, ends, steps", [([-100], [-200], [-1]), ([-1], [-100], [-2]), ([2], [100], [2]),
+                                                 ([100], [0], [-1]), ([-3], [4], [1])])
+def test_slice_follows_the_same_clamping_as_the_reference(starts, ends, steps):
+    """Both frameworks resolve Slice with d5.ops.onnx_semantics.slice_bounds (the spec's clamping)."""
+    from d5.frameworks.pytorch.operators import create_operator as torch_op
+    from d5.frameworks.reference.operators import create_operator as reference_op
+
+    x = np.arange(5, dtype=np.float32)
+    args = [np.array(v, np.int64) for v in (starts, ends, [0], steps)]
+    expected = reference_op("Slice", {}).forward([x, *args])
+    actual = torch_op("Slice", {})(torch.from_numpy(x), *[torch.from_numpy(a) for a in args])
+    np.testing.assert_array_equal(actual.numpy(), expected)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints
-from d5.ops.onnx_semantics import as_text, normalize_axis, reshape_target, split_lengths
+from d5.ops.onnx_semantics import as_text, normalize_axis, reshape_target, slice_bounds, split_lengths
 # ONNX Reshape's target rule (0 copies, -1 inferred, allowzero) is framework-neutral; the reference keeps it.
 
 
@@ -104,28 +104,14 @@ class Slice(TorchOp):
             starts, ends, axes = self.starts, self.ends, self.axes
         if starts is None or ends is None:
             raise ShapeError("Slice: starts and ends are required (inputs 1 and 2, or attributes before opset 10)")
-        axes = list(range(len(starts))) if axes is None else [normalize_axis("Slice", a, x.dim()) for a in axes]
-        steps = [1] * len(starts) if steps is None else steps
-        if not len(starts) == len(ends) == len(axes) == len(steps):
-            raise ShapeError(f"Slice: starts {starts}, ends {ends}, axes {axes} and steps {steps} must have equal "
-                             "lengths")
-        for axis, start, end, step in zip(axes, starts, ends, steps):
-            if step == 0:
-                raise ShapeError("Slice: a step of 0 is not allowed")
+        for axis, start, end, step in slice_bounds("Slice", tuple(x.shape), starts, ends, axes, steps):
             dim = x.shape[axis]
-            start = start + dim if start < 0 else start
-            end = end + dim if end < 0 else end
             if step > 0:
-                start, end = min(max(start, 0), dim), min(max(end, 0), dim)
                 x = x.narrow(axis, start, 0) if end <= start else x[(slice(None),) * axis + (slice(start, end, step),)]
-            else:
-                start, end = min(max(start, -1), dim - 1), min(max(end, -1), dim - 1)
-                if start <= end:
-                    x = x.narrow(axis, 0, 0)
-                else:
-                    # Elements start, start+step, ... > end; on the flipped axis they start at dim-1-start.
-                    flipped = x.flip(axis)
-                    x = flipped[(slice(None),) * axis + (slice(dim - 1 - start, dim - 1 - end, -step),)]
+            elif start <= end:
+                x = x.narrow(axis, 0, 0)
+            else:  # elements start, start+step, ... > end; on the flipped axis they start at dim-1-start
+                x = x.flip(axis)[(slice(None),) * axis + (slice(dim - 1 - start, dim - 1 - end, -step),)]
         return x
 
 

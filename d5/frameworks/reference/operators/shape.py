@@ -33,7 +33,7 @@ from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import int_list, require_rank
 from d5.frameworks.reference.operators.elementwise import ensure_array, is_float, unbroadcast
 from d5.network.memory import check_allocation
-from d5.ops.onnx_semantics import as_text, normalize_axes, optional_input, reshape_target, split_lengths
+from d5.ops.onnx_semantics import as_text, normalize_axes, optional_input, reshape_target, slice_bounds, split_lengths
 from d5.ops.operator import Gradient
 
 
@@ -211,21 +211,8 @@ class Slice(ReferenceOp):
             starts, ends, axes, steps = self.starts, self.ends, self.axes, None
         if starts is None or ends is None:
             raise ShapeError("Slice: starts and ends are required (inputs 1 and 2, or attributes before opset 10)")
-        axes = list(range(len(starts))) if axes is None else axes
-        steps = [1] * len(starts) if steps is None else steps
-        if not len(starts) == len(ends) == len(axes) == len(steps):
-            raise ShapeError(f"Slice: starts {starts}, ends {ends}, axes {axes} and steps {steps} must have equal lengths")
         slices = [slice(None)] * x.ndim
-        for axis, start, end, step in zip(normalize_axes("Slice", axes, x.ndim), starts, ends, steps):
-            if step == 0:
-                raise ShapeError("Slice: a step of 0 is not allowed")
-            dim = x.shape[axis]
-            start = start + dim if start < 0 else start
-            end = end + dim if end < 0 else end
-            if step > 0:
-                start, end = min(max(start, 0), dim), min(max(end, 0), dim)
-            else:
-                start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+        for axis, start, end, step in slice_bounds("Slice", x.shape, starts, ends, axes, steps):
             # A Python slice reads an end of -1 as "the last element"; None means "run past the front".
             slices[axis] = slice(start, None if end < 0 else end, step)
         return tuple(slices)
