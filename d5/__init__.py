@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 
 from d5 import errors
-from d5.devices import CPUDevice, Device, GPUDevice
+from d5.devices import CPUDevice, Device, GPUDevice, best_device
 from d5.network import GraphExecutor, Network
 from d5.ops import CustomOp, CustomPythonOp
 
@@ -27,7 +27,8 @@ _LAZY = {name: "d5.training" for name in (
     "JSONLogger", "LearningRateSchedule", "MomentumOptimizer", "NumpyDataset", "Optimizer", "OrderedSampler",
     "ProgressBar", "RMSPropOptimizer", "Sampler", "ShuffleSampler", "StopAfter", "StopWhenAccuracy", "TestAccuracy",
     "TestMetric", "Throughput", "TimeToAccuracy", "ThreeStepOptimizer", "Trainer", "TrainerEvent",
-    "TrainingAccuracy", "TrainingMetric", "TrainingStats", "UpdateRuleOptimizer", "WallclockTime")}
+    "TrainingAccuracy", "TrainingMetric", "TrainingStats", "UpdateRuleOptimizer", "WallclockTime",
+    "Compose", "Normalize", "RandomCrop", "RandomHorizontalFlip")}
 _LAZY["run_recipe"] = "d5.recipe"
 _LAZY["load_onnx"] = "d5.network.onnx_import"
 _LAZY["save_onnx"] = "d5.network.onnx_export"
@@ -49,4 +50,4 @@ def __dir__():
 
 
 __all__ = ["CPUDevice", "CustomOp", "CustomPythonOp", "Device", "GPUDevice", "GraphExecutor", "Network",
-           "errors", *_LAZY]
+           "best_device", "errors", *_LAZY]

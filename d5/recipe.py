@@ -11,9 +11,21 @@ in ``d5.datasets`` or a function returning ``(train, test)`` datasets), ``train_
 ``executor`` [d5.frameworks.reference.from_model], ``optimizer`` [GradientDescent], ``events`` [()],
 ``seed`` [0].
 
+Samplers take their data augmentation as a keyword: ``'train_sampler_kwargs': dict(transform=d5.Compose(
+[d5.RandomCrop(32, padding=4), d5.RandomHorizontalFlip()]))`` (see :mod:`d5.training.transforms`); the
+train sampler also gets the recipe's ``seed``, which seeds its shuffling and its transform.
+
 A recipe script also takes command-line overrides for smoke tests: ``--epochs``, ``--batch-size``,
-``--framework``, ``--subset N`` (first N training and test examples), ``--seed``, ``--json PATH``.
-A run with overrides is reported as modified.
+``--framework NAME`` (that framework's ``from_model`` and its optimizer of the same class name; the
+executor's other keywords, such as ``device``, are kept), ``--subset N`` (first N training and test
+examples), ``--seed``, ``--json PATH``. A run with these overrides is reported as modified.
+
+``--device cpu|gpu|gpu:N|best`` sets the executor's ``device`` keyword (replacing any ``device`` in
+``executor_kwargs``); ``best`` is :func:`d5.best_device` for the executor's framework. It refuses an
+executor that takes no ``device``. The device is a mutable component, so ``--device`` alone does not mark
+the run as modified; the JSON result records it. When ``--framework`` switches to a CPU-only framework
+(``reference``) and the recipe's device is a GPU (e.g. from ``d5.best_device()`` on a GPU machine), the run
+uses the CPU and says so; an explicit ``--device gpu`` with such a framework is a RecipeError.
 
 Everything is checked before the first component is built: a component of the wrong type (``epochs='two'``,
 FIXED given as a list, ``optimizer_args=0.1``), a meaningless override (``--seed -1``, ``--epochs 0``) or a
@@ -107,6 +119,8 @@ def _parse_overrides(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--framework", help="reference, pytorch, tensorflow or mxnet")
     parser.add_argument("--subset", type=int, metavar="N", help="use only the first N training and test examples")
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--device", type=_device_argument, metavar="{cpu,gpu,gpu:N,best}",
+                        help="the executor's device (best: a GPU if the executor's framework can use one)")
     parser.add_argument("--json", metavar="PATH", help="write the results and environment as JSON")
     # parse_known_args: a recipe imported by another program (pytest, a notebook) ignores foreign flags.
     try:
@@ -120,6 +134,84 @@ def _parse_overrides(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.json is not None:
         check_writable(args.json, "--json path")  # now, not after training: a bad path must not lose the results
     return args
+
+
+def _parse_device(text: str):
+    """'cpu' -> CPUDevice(), 'gpu' / 'gpu:N' (also 'cuda', 'cuda:N') -> GPUDevice(N), 'best' -> 'best'.
+
+    >>> _parse_device('gpu:1'), _parse_device('CPU'), _parse_device('best')
+    (GPUDevice(1), CPUDevice(), 'best')
+    """
+    from d5.devices import CPUDevice, GPUDevice
+
+    value = str(text).strip().lower()
+    kind, _, index = value.partition(":")
+    if value in ("cpu", "best"):
+        return CPUDevice() if value == "cpu" else "best"
+    if kind in ("gpu", "cuda") and (not index or index.isdigit()):
+        return GPUDevice(int(index or 0))
+    raise RecipeError(f"--device must be cpu, gpu, gpu:N (N = 0, 1, ...) or best; got {text!r}")
+
+
+def _device_argument(text: str):
+    # argparse reports a type function's ValueError as "invalid value"; ArgumentTypeError keeps our message.
+    try:
+        return _parse_device(text)
+    except RecipeError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _takes_keyword(fn: Callable, name: str) -> bool:
+    """Whether ``fn`` accepts the keyword argument ``name`` (by name or through ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True  # a builtin without a signature: let the call itself decide
+    return any(p.name == name and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.kind == p.VAR_KEYWORD
+               for p in parameters)
+
+
+def _framework_name(factory: Any) -> str | None:
+    """'pytorch' for d5.frameworks.pytorch.from_model; None for a factory outside d5.frameworks."""
+    parts = str(getattr(factory, "__module__", "") or "").split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["d5", "frameworks"] else None
+
+
+def _framework_runs_on_gpu(name: str | None) -> bool:
+    if name is None:
+        return True  # a user's own executor: its device is its business
+    import d5.frameworks
+
+    return bool(getattr(getattr(d5.frameworks.get(name), "CAPABILITIES", None), "gpu", True))
+
+
+def _apply_device(spec: dict, device: Any, framework_override: str | None, verbose: bool) -> None:
+    """Put ``--device`` (or a CPU fallback for a CPU-only ``--framework``) into the executor's kwargs."""
+    from d5.devices import CPUDevice, best_device
+    from d5.frameworks import reference
+
+    executor = spec.get("executor", reference.from_model)
+    framework = _framework_name(executor)
+    kwargs = dict(spec.get("executor_kwargs", {}))
+    if device is not None:
+        if not _takes_keyword(executor, "device"):
+            raise RecipeError(f"--device: the executor {getattr(executor, '__name__', executor)} takes no 'device' "
+                              "keyword, so the device cannot be set; give the recipe an executor factory that "
+                              "takes device= (e.g. d5.frameworks.pytorch.from_model) or drop --device")
+        if device == "best":
+            device = best_device(framework)
+        if device.is_gpu and not _framework_runs_on_gpu(framework):
+            raise RecipeError(f"--device {device!r}: framework {framework!r} runs on the CPU only; use --device cpu "
+                              "or a framework with GPU support (--framework pytorch)")
+        kwargs["device"] = device
+    elif framework_override and getattr(kwargs.get("device"), "is_gpu", False) \
+            and not _framework_runs_on_gpu(framework):
+        if verbose:
+            print(f"note: --framework {framework_override} runs on the CPU only; using CPUDevice() instead of "
+                  f"the recipe's {kwargs['device']!r}")
+        kwargs["device"] = CPUDevice()
+    if kwargs:
+        spec["executor_kwargs"] = kwargs
 
 
 def _call(spec: dict, name: str, default: Any, *leading: Any, extra: Mapping[str, Any] | None = None) -> Any:
@@ -202,6 +294,12 @@ def _framework_components(spec: dict, framework: str) -> None:
 
     module = d5.frameworks.get(framework)
     spec["executor"] = module.from_model
+    # The recipe's executor keywords (device, ...) stay; refuse now, not after loading the data, any that
+    # the new framework's from_model does not take.
+    for key in spec.get("executor_kwargs", {}):
+        if not _takes_keyword(module.from_model, key):
+            raise RecipeError(f"--framework {framework}: its from_model takes no {key!r}, which the recipe's "
+                              f"executor_kwargs set; choose another framework or remove {key!r} from the recipe")
     optimizer = spec.get("optimizer")
     if optimizer is not None:
         native = getattr(module, getattr(optimizer, "__name__", ""), None)
@@ -220,12 +318,14 @@ def run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Se
 
     spec = _merge(fixed, mutable)
     overrides = _parse_overrides(argv)
-    modified = {k: v for k, v in vars(overrides).items() if v is not None and k != "json"}
+    # The device is a mutable component: choosing one does not change what the benchmark measures.
+    modified = {k: v for k, v in vars(overrides).items() if v is not None and k not in ("json", "device")}
     for key in ("epochs", "batch_size", "seed"):
         if modified.get(key) is not None:
             spec[key] = modified[key]
     if overrides.framework:
         _framework_components(spec, overrides.framework)
+    _apply_device(spec, overrides.device, overrides.framework, verbose)
     _check_metrics(metrics)
 
     # Checked by _check_spec; int() turns numpy integers into the ints Trainer and the samplers expect.
@@ -263,7 +363,8 @@ def run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Se
 
         write_result(overrides.json, "recipe", {row["metric"]: row for row in rows},
                      extra={"passed": passed, "overrides": modified, "training": stats.as_dict(),
-                            "seed": seed, "epochs": epochs, "batch_size": batch_size})
+                            "seed": seed, "epochs": epochs, "batch_size": batch_size,
+                            "device": repr(spec.get("executor_kwargs", {}).get("device"))})
     return passed
 
 

@@ -3,6 +3,11 @@ the seeds' distributed-training study, with final test accuracy as the acceptabl
 
     python recipes/fashion_mnist_lenet.py                       # the benchmark (3 epochs)
     python recipes/fashion_mnist_lenet.py --epochs 1 --subset 2000   # a smoke test in seconds
+    python recipes/fashion_mnist_lenet.py --framework pytorch   # the same recipe on PyTorch (torch.optim.SGD)
+
+``--framework pytorch`` swaps in d5.frameworks.pytorch's ``from_model`` and its ``MomentumOptimizer``; with
+the same seed it reproduces the reference run's losses (tests/recipes/test_recipe_scripts.py checks this).
+Add ``--device gpu`` to train on a GPU there.
 """
 import d5
 import d5.frameworks.reference as d5fw

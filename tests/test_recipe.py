@@ -222,3 +222,98 @@ def test_a_json_directory_without_write_permission_or_on_a_read_only_mount_is_re
     with pytest.raises(d5.errors.D5Error, match="cannot be written: Read-only file system"):
         d5.run_recipe(FIXED, {"dataset": dataset}, [], argv=["--json", str(tmp_path / "run.json")])
     assert not calls and list(tmp_path.iterdir()) == []
+
+
+# --- --device, --framework with executor keywords, transforms through sampler kwargs ----------------------
+
+def spy_executor(seen):
+    """An executor factory outside d5.frameworks that records the device it is given."""
+    def build(network, device=None):
+        seen.append(device)
+        return d5.frameworks.reference.from_model(network)
+    return build
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--device", "cpu"], d5.CPUDevice()),
+    (["--device", "gpu"], d5.GPUDevice(0)),
+    (["--device", "gpu:2"], d5.GPUDevice(2)),
+    (["--device", "cuda:1"], d5.GPUDevice(1)),
+    ([], d5.GPUDevice(3)),  # no override: the recipe's own device
+], ids=["cpu", "gpu", "gpu:2", "cuda:1", "none"])
+def test_device_override_replaces_the_executor_device(argv, expected, tmp_path):
+    seen, out = [], tmp_path / "run.json"
+    d5.run_recipe(FIXED, mutable(executor=spy_executor(seen), executor_kwargs={"device": d5.GPUDevice(3)}),
+                  [(d5.TestAccuracy(), None)], argv=[*argv, "--epochs", "1", "--subset", "32", "--json", str(out)],
+                  progress=False, verbose=False)
+    assert seen == [expected]
+    extra = d5.bench.results.read_result(out)["extra"]
+    assert extra["device"] == repr(expected)
+    assert extra["overrides"] == {"epochs": 1, "subset": 32}  # the device is mutable: not a modification
+
+
+def test_device_best_asks_best_device(monkeypatch):
+    from d5 import devices
+
+    seen = []
+    monkeypatch.setitem(devices.GPU_PROBES, "pytorch", ("numpy", lambda: 1))  # pretend PyTorch sees a GPU
+    d5.run_recipe(FIXED, mutable(executor=spy_executor(seen)), [], argv=["--device", "best", "--subset", "32"],
+                  progress=False, verbose=False)
+    monkeypatch.setitem(devices.GPU_PROBES, "pytorch", ("numpy", lambda: 0))
+    d5.run_recipe(FIXED, mutable(executor=spy_executor(seen)), [], argv=["--device", "best", "--subset", "32"],
+                  progress=False, verbose=False)
+    assert seen == [d5.GPUDevice(0), d5.CPUDevice()]
+
+
+@pytest.mark.parametrize("mutable_, argv, expected", [
+    ({"executor": lambda network: d5.frameworks.reference.from_model(network)}, ["--device", "cpu"],
+     "the executor <lambda> takes no 'device' keyword"),
+    ({}, ["--device", "gpu"], "--device GPUDevice(0): framework 'reference' runs on the CPU only"),
+    ({}, ["--device", "tpu"], "--device must be cpu, gpu, gpu:N (N = 0, 1, ...) or best; got 'tpu'"),
+    ({}, ["--device", "gpu:-1"], "got 'gpu:-1'"),
+    ({"executor_kwargs": {"compile": True}}, ["--framework", "reference"],
+     "--framework reference: its from_model takes no 'compile'"),
+], ids=["no device keyword", "gpu on reference", "unknown device", "negative index", "foreign keyword"])
+def test_device_and_framework_overrides_are_refused_before_anything_is_built(mutable_, argv, expected):
+    dataset, calls = spy_dataset()
+    with pytest.raises(RecipeError) as info:
+        d5.run_recipe(FIXED, {"dataset": dataset, **mutable_}, [], argv=argv, progress=False, verbose=False)
+    assert expected in str(info.value)
+    assert not calls
+
+
+def test_framework_reference_runs_a_gpu_recipe_on_the_cpu_and_says_so(capsys):
+    # What `--framework reference` meets on a GPU machine, where the recipe's d5.best_device() is a GPU.
+    ok = d5.run_recipe(FIXED, mutable(executor_kwargs={"device": d5.GPUDevice(0)}), [(d5.TestAccuracy(), None)],
+                       argv=["--framework", "reference", "--subset", "32", "--epochs", "1"], progress=False)
+    assert ok
+    assert "note: --framework reference runs on the CPU only; using CPUDevice() instead of the recipe's " \
+           "GPUDevice(0)" in capsys.readouterr().out
+
+
+def test_framework_pytorch_keeps_the_recipe_device():
+    pytest.importorskip("torch")
+    import torch
+
+    recipe = mutable(executor_kwargs={"device": d5.CPUDevice()})
+    assert d5.run_recipe(FIXED, recipe, [], argv=["--framework", "pytorch", "--subset", "32", "--epochs", "1"],
+                         progress=False, verbose=False)
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the refusal below needs one that lacks it")
+    # The GPU device reaches the PyTorch executor, which refuses a GPU this machine lacks.
+    with pytest.raises(d5.errors.D5Error, match=r"GPUDevice\(0\): this machine has 0 CUDA GPU"):
+        d5.run_recipe(FIXED, mutable(executor_kwargs={"device": d5.GPUDevice(0)}), [],
+                      argv=["--framework", "pytorch", "--subset", "32"], progress=False, verbose=False)
+
+
+def test_a_transform_reaches_the_train_sampler_through_its_kwargs():
+    calls = []
+
+    def recording(images, rng):
+        calls.append((images.shape, type(rng).__name__))
+        return d5.RandomHorizontalFlip()(images, rng)
+
+    d5.run_recipe(FIXED, mutable(train_sampler_kwargs={"transform": recording}), [(d5.TestAccuracy(), None)],
+                  argv=["--subset", "64", "--epochs", "1"], progress=False, verbose=False)
+    # Two training batches of 32, each transformed once with a numpy Generator; the test set is not.
+    assert calls == [((32, 1, 28, 28), "Generator")] * 2

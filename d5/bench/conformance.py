@@ -1,10 +1,14 @@
-"""ONNX backend conformance: runs ONNX's own backend test cases against a backend and reports pass/fail/skip
-per case, grouped by operator.
+"""ONNX backend conformance: runs ONNX's own backend test cases against a d5 framework and reports
+pass/fail/skip per case, grouped by operator.
 
-Each case runs first with d5's own operators only; a case that does not pass is run again with the
-onnx.reference fallback, so the report separates what d5 implements from what it borrows.
+Each case runs first with the framework's own (native) operators only; a case that does not pass is run
+again with the framework's fallback (the reference framework's ``onnx.reference``; a native framework's the
+reference framework's operators through its custom-op bridge), so the report separates what the framework
+implements from what it borrows.
 
     python -m d5.bench.conformance --output results/conformance.json --markdown results/conformance.md
+    python -m d5.bench.conformance --framework pytorch --output results/conformance-pytorch.json \
+        --markdown results/conformance-pytorch.md
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ class CaseResult:
     fallback_status: str | None = None  # pass | fail for cases that failed on d5's own operators
     reason: str = ""
     seconds: float = 0.0
+    fallback_reason: str = ""  # why the fallback run failed too
 
 
 def exclusion_reason(case_name: str, model) -> str | None:
@@ -160,14 +165,25 @@ def _run(backend, model, data_sets, rtol, atol, fallback: bool) -> str | None:
     return None
 
 
+def fallback_label(framework: str) -> str:
+    """What a framework falls back to for operators it does not implement.
+
+    >>> fallback_label("pytorch")
+    "the reference framework's operators"
+    """
+    return "onnx.reference" if framework == "reference" else "the reference framework's operators"
+
+
 def run_conformance(backend=None, kinds: Iterable[str] = KINDS, patterns: Iterable[str] | None = None,
-                    progress: bool = True) -> list[CaseResult]:
-    """Run ONNX's backend test cases of ``kinds`` (optionally only names containing one of ``patterns``)."""
+                    progress: bool = True, framework: str = "reference") -> list[CaseResult]:
+    """Run ONNX's backend test cases of ``kinds`` (optionally only names containing one of ``patterns``) on
+    ``backend`` (default: the ``onnx.backend`` Backend of d5 framework ``framework``)."""
     from onnx.backend.test.loader import load_model_tests
     from tqdm import tqdm
 
     if backend is None:
-        from d5.frameworks.onnx_backend import ReferenceBackend as backend
+        from d5.frameworks.onnx_backend import backend_for
+        backend = backend_for(framework)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the case generators overflow casts on purpose
         cases = [case for kind in kinds for case in load_model_tests(kind=kind)]
@@ -175,7 +191,7 @@ def run_conformance(backend=None, kinds: Iterable[str] = KINDS, patterns: Iterab
         patterns = tuple(patterns)
         cases = [case for case in cases if any(p in case.name for p in patterns)]
     results = []
-    for case in tqdm(cases, desc="ONNX conformance", disable=not progress):
+    for case in tqdm(cases, desc=f"ONNX conformance ({framework})", disable=not progress):
         start = time.perf_counter()
         model, data_sets = load_case(case)
         operators = sorted({n.op_type for n in model.graph.node})
@@ -186,7 +202,8 @@ def run_conformance(backend=None, kinds: Iterable[str] = KINDS, patterns: Iterab
         problem = _run(backend, model, data_sets, case.rtol, case.atol, fallback=False)
         result = CaseResult(case.name, case.kind, operators, "pass" if problem is None else "fail", reason=problem or "")
         if problem is not None:
-            result.fallback_status = "pass" if _run(backend, model, data_sets, case.rtol, case.atol, True) is None else "fail"
+            result.fallback_reason = _run(backend, model, data_sets, case.rtol, case.atol, True) or ""
+            result.fallback_status = "fail" if result.fallback_reason else "pass"
         result.seconds = time.perf_counter() - start
         results.append(result)
     return results
@@ -226,12 +243,13 @@ def summarize_results(results: list[CaseResult]) -> dict:
     return summary
 
 
-def markdown_report(results: list[CaseResult]) -> str:
+def markdown_report(results: list[CaseResult], framework: str = "reference") -> str:
     """Summary table, per-operator table, and the excluded cases with their reasons."""
     from d5.bench.report import markdown_table
 
     summary = summarize_results(results)
-    lines = ["# ONNX backend conformance of the d5 reference framework", "",
+    lines = [f"# ONNX backend conformance of the d5 {framework} framework", "",
+             f"Own operators first; a failing case is retried with {fallback_label(framework)}.", "",
              markdown_table([{"kind": k, **{key: (f"{v:.1%}" if key.startswith("rate") else v) for key, v in s.items()}}
                              for k, s in summary.items()]), ""]
     by_op: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -255,20 +273,24 @@ def main(argv: list[str] | None = None) -> int:
     from d5.bench.results import write_result
     from d5.io_utils import atomic_write
 
-    parser = argparse.ArgumentParser(description="Run ONNX's backend test suite against d5's reference framework.")
+    from d5.frameworks import FRAMEWORKS
+
+    parser = argparse.ArgumentParser(description="Run ONNX's backend test suite against a d5 framework.")
+    parser.add_argument("--framework", default="reference", choices=sorted(FRAMEWORKS))
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     parser.add_argument("--pattern", nargs="+", help="only cases whose name contains one of these")
     parser.add_argument("--output", default="results/conformance.json")
     parser.add_argument("--markdown", default="results/conformance.md")
     args = parser.parse_args(argv)
-    results = run_conformance(kinds=args.kinds, patterns=args.pattern)
+    results = run_conformance(kinds=args.kinds, patterns=args.pattern, framework=args.framework)
     summary = summarize_results(results)
-    write_result(args.output, "onnx_conformance", summary, extra={"cases": [dataclasses.asdict(r) for r in results]})
+    write_result(args.output, "onnx_conformance", summary, extra={"framework": args.framework,
+                                                                  "cases": [dataclasses.asdict(r) for r in results]})
     with atomic_write(args.markdown) as handle:
-        handle.write(markdown_report(results))
+        handle.write(markdown_report(results, args.framework))
     for kind, s in summary.items():
-        print(f"{kind}: {s['pass_own']}/{s['judged']} pass with d5's own operators ({s['rate_own']:.1%}), "
-              f"{s['pass_with_fallback']}/{s['judged']} with the onnx.reference fallback "
+        print(f"{kind}: {s['pass_own']}/{s['judged']} pass on {args.framework}'s own operators ({s['rate_own']:.1%}), "
+              f"{s['pass_with_fallback']}/{s['judged']} with {fallback_label(args.framework)} "
               f"({s['rate_with_fallback']:.1%}); {s['excluded']} excluded")
     print(f"wrote {args.output} and {args.markdown}")
     return 0

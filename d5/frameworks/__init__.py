@@ -26,13 +26,33 @@ def available() -> list[str]:
     return names
 
 
+def install_hint(name: str) -> str:
+    """The command that installs framework ``name``'s extra.
+
+    >>> install_hint("pytorch")
+    "pip install -e '.[torch]' -c constraints.txt"
+    """
+    return f"pip install -e '.[{FRAMEWORKS[name]}]' -c constraints.txt"
+
+
+def require_installed(name: str) -> None:
+    """Raise FrameworkNotInstalledError, naming the extra to install, unless framework ``name``'s package
+    imports. A framework package calls it before importing its framework."""
+    package = FRAMEWORKS[name]
+    try:
+        importlib.import_module(package)
+    except ImportError as err:
+        raise FrameworkNotInstalledError(f"the d5 {name} framework needs {package!r}, which is not installed "
+                                         f"({err}); install it with `{install_hint(name)}`") from None
+
+
 def get(name: str):
     """Import and return the framework module ``d5.frameworks.<name>``."""
     if name not in FRAMEWORKS:
         raise FrameworkNotInstalledError(f"unknown framework {name!r}; d5 knows {sorted(FRAMEWORKS)}")
     if name not in available():
         raise FrameworkNotInstalledError(
-            f"framework {name!r} is not available here; install it with `pip install -e '.[{FRAMEWORKS[name]}]' -c constraints.txt`"
+            f"framework {name!r} is not available here; install it with `{install_hint(name)}`"
             if FRAMEWORKS[name] else f"framework {name!r} is not implemented yet")
     return importlib.import_module(f"d5.frameworks.{name}")
 

@@ -502,3 +502,331 @@ __all__ = ["AUTO_PAD_MODES", "RECURRENT_ACTIVATIONS", "RecurrentAttributes", "re
            "slice_bounds", "split_lengths", "reshape_target", "tensor_attribute", "MAX_WINDOW_EXTENT", "MAX_WINDOW_POSITIONS", "WindowGeometry", "as_text",
            "broadcast_shape", "check_window_attributes", "int_tuple", "normalize_axes", "normalize_axis",
            "not_broadcastable", "optional_input", "unbroadcast_axes", "window_geometry"]
+
+
+# -------------------------------------------------------------------------- Resize (separable interpolation)
+# Resize's geometry depends on shapes, scales/sizes, roi and attributes only, never on X's values: per resized
+# axis, each output position reads a few input positions (taps) with fixed weights. Every framework applies
+# these taps its own way (the reference as a dense matrix, PyTorch as gathers).
+
+def cubic_kernel(distance: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel with parameter ``a`` at ``|distance|`` (Resize, GridSample).
+
+    >>> cubic_kernel(np.array([0.0, 1.0, 0.5]), -0.75).tolist()
+    [1.0, 0.0, 0.59375]
+    """
+    d = np.abs(distance)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+def resize_plan(op_name: str, shape: Sequence[int], roi: np.ndarray | None, scales: np.ndarray | None,
+                sizes: np.ndarray | None, axes: Sequence[int] | None, keep_aspect_ratio_policy: str,
+                coordinate_mode: str) -> list[tuple[int, float, int, tuple[float, float] | None]]:
+    """``(axis, scale, output length, roi window)`` for every axis of an input of ``shape`` that Resize changes
+    (``roi``, ``scales``, ``sizes``: the inputs, None when absent or empty; the window only under
+    ``tf_crop_and_resize``). Sizes give the scales ``size / length`` (one common scale, rounded lengths, under
+    ``keep_aspect_ratio_policy`` not_larger / not_smaller); scales give the lengths ``floor(scale * length)``.
+
+    >>> resize_plan("Resize", (1, 4), None, np.array([1.0, 0.5]), None, None, "stretch", "half_pixel")
+    [(1, 0.5, 2, None)]
+    """
+    ndim = len(shape)
+    if axes is not None and not all(-ndim <= a < ndim for a in axes):
+        raise ShapeError(f"{op_name}: axes {list(axes)} out of range for X of rank {ndim}; use axes in "
+                         f"[{-ndim}, {ndim})")
+    axes = list(range(ndim)) if axes is None else [int(a) % ndim for a in axes]
+    if scales is None and sizes is None:
+        raise ShapeError(f"{op_name}: give either scales or sizes")
+    if sizes is not None:
+        sizes = [int(s) for s in np.asarray(sizes).reshape(-1)]
+        if len(sizes) != len(axes):
+            raise ShapeError(f"{op_name}: {len(sizes)} sizes for {len(axes)} axes")
+        if min(sizes, default=0) < 0:
+            raise ShapeError(f"{op_name}: sizes must not be negative, got {sizes}")
+        scale_of = {a: s / shape[a] for a, s in zip(axes, sizes)}
+        if keep_aspect_ratio_policy != "stretch":
+            pick = min if keep_aspect_ratio_policy == "not_larger" else max
+            common = pick(scale_of.values())
+            scale_of = dict.fromkeys(axes, common)
+            length_of = {a: int(common * shape[a] + 0.5) for a in axes}
+        else:
+            length_of = dict(zip(axes, sizes))
+    else:
+        scales = [float(s) for s in np.asarray(scales).reshape(-1)]
+        if len(scales) != len(axes):
+            raise ShapeError(f"{op_name}: {len(scales)} scales for {len(axes)} axes")
+        scale_of = dict(zip(axes, scales))
+        length_of = {a: int(s * shape[a]) for a, s in scale_of.items()}
+    roi_of: dict[int, tuple[float, float]] = {}
+    if roi is not None and coordinate_mode == "tf_crop_and_resize":
+        roi = np.asarray(roi).reshape(-1).astype(np.float64)
+        count = len(axes)
+        if roi.size != 2 * count:
+            raise ShapeError(f"{op_name}: roi must hold 2 values per resized axis (starts, then ends): {2 * count} "
+                             f"for {count} axes, got {roi.size}")
+        roi_of = {a: (roi[i], roi[count + i]) for i, a in enumerate(axes)}
+    plan = []
+    for axis in axes:
+        scale, length, window = scale_of[axis], length_of[axis], roi_of.get(axis)
+        identity = np.isclose(scale, 1.0) and length == shape[axis] and (
+            window is None or (np.isclose(window[0], 0.0) and np.isclose(window[1], 1.0)))
+        if not identity:
+            plan.append((axis, scale, length, window))
+    return plan
+
+
+def resize_source_coordinates(op_name: str, mode: str, out_len: int, in_len: int, scale: float,
+                              window: tuple[float, float] | None, legacy: bool = False):
+    """The input coordinate of every output position under ``coordinate_transformation_mode`` ``mode``, and
+    (tf_crop_and_resize) the mask of positions outside the input, else None. ``legacy`` (opsets 10-12) admits
+    ``tf_half_pixel_for_nn``, ``(y + 0.5) / scale``, removed at opset 13."""
+    y = np.arange(out_len, dtype=np.float64)
+    # ONNX's reference computes the "resized length" as scale * input length, a float; matching it
+    # matters for align_corners / half_pixel_symmetric with scales that do not divide evenly.
+    resized = scale * in_len
+    outside = None
+    if legacy and mode == "tf_half_pixel_for_nn":
+        x = (y + 0.5) / scale
+    elif mode == "align_corners":
+        x = np.zeros(out_len) if resized == 1 else y * (in_len - 1) / (resized - 1)
+    elif mode == "asymmetric":
+        x = y / scale
+    elif mode == "pytorch_half_pixel":
+        x = np.full(out_len, -0.5) if resized == 1 else (y + 0.5) / scale - 0.5
+    elif mode == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif mode == "half_pixel_symmetric":
+        offset = in_len / 2 * (1 - out_len / resized)
+        x = offset + (y + 0.5) / scale - 0.5
+    elif mode == "tf_crop_and_resize":
+        start, end = window if window is not None else (0.0, 1.0)
+        if resized == 1:
+            x = np.full(out_len, (end - start) * (in_len - 1) / 2)
+        else:
+            x = y * (end - start) * (in_len - 1) / (resized - 1)
+        x = x + start * (in_len - 1)
+        outside = (x < 0) | (x > in_len - 1)
+    else:
+        raise ShapeError(f"{op_name}: unknown coordinate_transformation_mode {mode!r}")
+    return x, outside
+
+
+def _resize_weights(op_name: str, mode: str, nearest_mode: str, cubic_a: float, antialias: bool,
+                    ratio: np.ndarray, exact: np.ndarray, scale: float) -> np.ndarray:
+    """Weights (out_len x taps) of the input points around each source coordinate, left to right."""
+    if mode == "nearest":
+        if nearest_mode == "round_prefer_floor":
+            right = ratio > 0.5
+        elif nearest_mode == "round_prefer_ceil":
+            right = ratio >= 0.5
+        elif nearest_mode == "floor":
+            right = np.zeros_like(ratio, dtype=bool)
+        elif nearest_mode == "ceil":
+            right = np.ones_like(ratio, dtype=bool)
+        else:
+            raise ShapeError(f"{op_name}: unknown nearest_mode {nearest_mode!r}")
+        right = right | exact  # an exact source coordinate is its own nearest point (the right tap)
+        return np.stack([~right, right], axis=1).astype(np.float64)
+    # Antialiasing stretches the kernel by 1/scale when downsampling (scale < 1).
+    stretch = min(scale, 1.0) if antialias else 1.0
+    support = 1 if mode == "linear" else 2
+    first = int(np.floor(-support / stretch) + 1) if antialias else 1 - support
+    offsets = np.arange(first, 2 - first)  # positions of the taps relative to floor(x)
+    distance = (offsets[None, :] - ratio[:, None]) * stretch
+    if mode == "linear":
+        weights = np.clip(1 - np.abs(distance), 0, 1)
+    else:
+        weights = cubic_kernel(distance, cubic_a)
+    if antialias:
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    return weights
+
+
+def resize_taps(op_name: str, *, in_len: int, out_len: int, scale: float, window: tuple[float, float] | None,
+                mode: str, coordinate_mode: str, nearest_mode: str = "round_prefer_floor", cubic_a: float = -0.75,
+                exclude_outside: bool = False, antialias: bool = False, legacy: bool = False):
+    """One resized axis as taps: ``(index, weights, outside)`` with ``index`` (out_len x taps, int64, in
+    ``[0, in_len)``: positions past an edge read the edge) and ``weights`` (float64) such that output ``o`` is
+    ``sum_t weights[o, t] * x[index[o, t]]``; ``outside`` (or None) marks the positions that take
+    ``extrapolation_value`` (their weights are 0). ``antialias`` applies to linear and cubic modes only.
+
+    >>> index, weights, _ = resize_taps("Resize", in_len=2, out_len=4, scale=2.0, window=None, mode="linear",
+    ...                                 coordinate_mode="asymmetric")
+    >>> (index * weights).sum(axis=1).tolist()
+    [0.0, 0.5, 1.0, 1.0]
+    """
+    x, outside = resize_source_coordinates(op_name, coordinate_mode, out_len, in_len, scale, window, legacy)
+    base = np.floor(x)
+    exact = x == base
+    # At an exact integer the reference takes the window to its left with ratio 1 (same point, same value).
+    ratio = np.where(exact, 1.0, x - base)
+    base = np.where(exact, base - 1, base).astype(np.int64)
+    antialias = antialias and mode != "nearest"
+    weights = _resize_weights(op_name, mode, nearest_mode, cubic_a, antialias, ratio, exact, scale)
+    taps = weights.shape[1]
+    index = base[:, None] + np.arange(taps)[None, :] - (taps // 2 - 1)
+    if exclude_outside:
+        weights = np.where((index < 0) | (index >= in_len), 0.0, weights)
+        total = weights.sum(axis=1, keepdims=True)
+        weights = weights / np.where(total == 0, 1.0, total)
+    if outside is not None:
+        weights = np.where(outside[:, None], 0.0, weights)
+    return np.clip(index, 0, in_len - 1), weights, outside
+
+
+# ----------------------------------------------------------------------------------------------- AffineGrid
+
+def normalized_grid_positions(size: int, align_corners: bool) -> np.ndarray:
+    """The normalized coordinates of ``size`` pixels along one axis (AffineGrid, GridSample): their centres in
+    (-1, 1), or evenly from -1 to 1 with ``align_corners`` (a single pixel sits at 0 then, as in PyTorch).
+
+    >>> normalized_grid_positions(2, False).tolist(), normalized_grid_positions(3, True).tolist()
+    ([-0.5, 0.5], [-1.0, 0.0, 1.0])
+    """
+    if align_corners:
+        return np.linspace(-1.0, 1.0, size) if size > 1 else np.zeros(size)
+    return (2.0 * np.arange(size) + 1.0) / size - 1.0
+
+
+# ------------------------------------------------------------------------------------------ signal windows
+
+#: The cosine-sum windows: ``w[n] = sum_k (-1)^k a_k cos(2 pi k n / N)`` with these ``a_k`` (ONNX's exact
+#: Hamming alpha 25/46, not PyTorch's 0.54).
+COSINE_WINDOW_COEFFICIENTS: dict[str, tuple[float, ...]] = {
+    "HannWindow": (0.5, 0.5),
+    "HammingWindow": (25.0 / 46.0, 21.0 / 46.0),
+    "BlackmanWindow": (0.42, 0.5, 0.08),
+}
+
+
+def mel_weight_matrix(num_mel_bins: float, dft_length: float, sample_rate: float, lower_edge_hertz: float,
+                      upper_edge_hertz: float) -> np.ndarray:
+    """ONNX MelWeightMatrix in float64, ``[dft_length // 2 + 1, num_mel_bins]``: ``num_mel_bins + 2`` points
+    equally spaced on the mel scale (``2595 log10(1 + f / 700)``) between the edges (step ``range /
+    (num_mel_bins + 2)``, as the ONNX reference) mapped to DFT bins ``floor((dft_length + 1) * f /
+    sample_rate)``; filter ``i`` rises linearly from point ``i`` to 1 at point ``i + 1`` and falls to point
+    ``i + 2``. A ShapeError for values out of range.
+
+    >>> mel_weight_matrix(2, 16, 8000, 0.0, 4000.0).shape
+    (9, 2)
+    """
+    values = (num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz)
+    if None in values or num_mel_bins < 1 or dft_length < 1 or sample_rate <= 0 \
+            or not 0 <= lower_edge_hertz < upper_edge_hertz:
+        raise ShapeError(f"MelWeightMatrix: need num_mel_bins >= 1, dft_length >= 1, sample_rate > 0 and "
+                         f"0 <= lower_edge_hertz < upper_edge_hertz; got {', '.join(str(v) for v in values)}")
+    mel_bins, dft_length = int(num_mel_bins), int(dft_length)
+    spectrogram_bins = dft_length // 2 + 1
+    low_mel, high_mel = (2595.0 * np.log1p(f / 700.0) / np.log(10.0)
+                         for f in (float(lower_edge_hertz), float(upper_edge_hertz)))
+    mel = np.arange(mel_bins + 2) * ((high_mel - low_mel) / (mel_bins + 2)) + low_mel
+    hertz = 700.0 * np.expm1(mel / 2595.0 * np.log(10.0))
+    points = ((dft_length + 1) * hertz // float(sample_rate)).astype(np.int64)
+    left, center, right = points[:-2], points[1:-1], points[2:]
+    if right[-1] > spectrogram_bins or center[-1] >= spectrogram_bins:
+        raise ShapeError(f"MelWeightMatrix: upper_edge_hertz {upper_edge_hertz} maps past the last of the "
+                         f"{spectrogram_bins} DFT bins; keep it at most sample_rate / 2 ({float(sample_rate) / 2})")
+    j = np.arange(spectrogram_bins)[:, None].astype(np.float64)
+    rising = np.where(center > left, (j - left) / np.maximum(center - left, 1), 1.0)
+    falling = (right - j) / np.maximum(right - center, 1)
+    return np.where((j >= left) & (j <= center), rising, np.where((j > center) & (j < right), falling, 0.0))
+
+
+# ------------------------------------------------------------------------------------------- quantization
+
+def quantization_axis(what: str, value_shape: Sequence[int], shape: Sequence[int], axis: int,
+                      block_size: int) -> int | None:
+    """How a scale or zero point of ``value_shape`` applies to a tensor of ``shape`` (QuantizeLinear,
+    DequantizeLinear): None per tensor (one value, no blocks), else the (non-negative) axis it runs along,
+    one value per index (``block_size`` 0) or per block of ``block_size`` indices (the last may be partial).
+    A ShapeError, naming ``what``, when it does not fit.
+
+    >>> quantization_axis("scale", (), (2, 3), 1, 0), quantization_axis("scale", (3,), (2, 3), -1, 0)
+    (None, 1)
+    >>> quantization_axis("scale", (2, 2), (2, 3), 1, 2)
+    1
+    """
+    value_shape, shape = tuple(int(s) for s in value_shape), tuple(int(s) for s in shape)
+    if math.prod(value_shape) == 1 and not block_size:
+        return None
+    if not -len(shape) <= axis < len(shape):
+        raise ShapeError(f"{what}: values of shape {value_shape} apply along axis {axis}, which a tensor of shape "
+                         f"{shape} does not have; give one value (a scalar) or fix the axis attribute")
+    axis = axis % len(shape)
+    if not block_size:
+        if len(value_shape) != 1 or value_shape[0] != shape[axis]:
+            raise ShapeError(f"{what}: per-axis values must be 1-D of length {shape[axis]} (axis {axis}), "
+                             f"got shape {value_shape}")
+        return axis
+    if len(value_shape) != len(shape):
+        raise ShapeError(f"{what}: blocked values must have the input's rank {len(shape)}, got shape {value_shape}")
+    if block_size < 0 or value_shape[axis] * block_size < shape[axis] or any(
+            v != s for i, (v, s) in enumerate(zip(value_shape, shape)) if i != axis):
+        raise ShapeError(f"{what}: blocked values of shape {value_shape} with block_size {block_size} do not "
+                         f"tile an input of shape {shape} along axis {axis}")
+    return axis
+
+
+__all__ += ["COSINE_WINDOW_COEFFICIENTS", "cubic_kernel", "mel_weight_matrix", "normalized_grid_positions",
+            "quantization_axis", "resize_plan", "resize_source_coordinates", "resize_taps"]
+
+
+# ------------------------------------------------------------------------------------------------- MaxUnpool
+
+def unpooled_shape(op_name: str, x_shape: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                   pads: Sequence[int]) -> tuple[int, ...]:
+    """MaxUnpool's inferred output shape: N, C, then ``(in - 1) * stride - pad_begin - pad_end + kernel`` per
+    spatial axis (the size MaxPool with these attributes maps back to ``x_shape``); a ShapeError when empty.
+
+    >>> unpooled_shape("MaxUnpool", (1, 2, 2, 3), (2, 2), (2, 2), (0, 0, 0, 1))
+    (1, 2, 4, 5)
+    """
+    rank = len(kernel)
+    shape = tuple(int(s) for s in x_shape[:2]) + tuple(
+        (int(size) - 1) * int(s) - int(pads[i]) - int(pads[i + rank]) + int(k)
+        for i, (size, s, k) in enumerate(zip(x_shape[2:], strides, kernel)))
+    if min(shape[2:], default=1) < 1:
+        raise ShapeError(f"{op_name}: the unpooled shape {shape} is empty; check kernel_shape, strides, pads")
+    return shape
+
+
+__all__ += ["unpooled_shape"]
+
+
+# ------------------------------------------------------------------------------- Range, DepthToSpace/SpaceToDepth
+
+def range_length(start: float, limit: float, delta: float, op_name: str = "Range") -> int:
+    """How many elements ONNX Range gives: ``max(ceil((limit - start) / delta), 0)``; a ShapeError for a zero
+    delta or values that give no finite count.
+
+    >>> range_length(10, 4, -3), range_length(1, 1, 1)
+    (2, 0)
+    """
+    start, limit, delta = float(start), float(limit), float(delta)
+    if delta == 0:
+        raise ShapeError(f"{op_name}: delta must not be 0")
+    steps = (limit - start) / delta
+    if not math.isfinite(steps):
+        raise ShapeError(f"{op_name}: start {start}, limit {limit} and delta {delta} give no finite number of elements")
+    return max(int(math.ceil(steps)), 0)
+
+
+def block_attributes(op_name: str, blocksize: Any, mode: Any) -> tuple[int, str]:
+    """DepthToSpace/SpaceToDepth's ``blocksize`` (required, positive) and ``mode`` (``DCR`` or ``CRD``).
+
+    >>> block_attributes("DepthToSpace", 2, b"CRD")
+    (2, 'CRD')
+    """
+    if blocksize is None:
+        raise ShapeError(f"{op_name}: the blocksize attribute is required")
+    mode = as_text(mode)
+    if mode not in ("DCR", "CRD"):
+        raise ShapeError(f"{op_name}: unknown mode {mode!r}; use DCR or CRD")
+    if int(blocksize) < 1:
+        raise ShapeError(f"{op_name}: blocksize must be positive, got {blocksize}")
+    return int(blocksize), mode
+
+
+__all__ += ["block_attributes", "range_length"]

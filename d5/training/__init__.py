@@ -12,12 +12,13 @@ from d5.training.optimizers import (AdaGradOptimizer, AdamOptimizer, AdamWOptimi
                                     MomentumOptimizer, RMSPropOptimizer)
 from d5.training.sampler import OrderedSampler, Sampler, ShuffleSampler
 from d5.training.trainer import Trainer, TrainingStats
+from d5.training.transforms import Compose, Normalize, RandomCrop, RandomHorizontalFlip, Transform
 
 __all__ = [
-    "AdaGradOptimizer", "AdamOptimizer", "AdamWOptimizer", "CSVLogger", "Dataset", "EpochSummary", "GradientDescent",
-    "JSONLogger", "LearningRateSchedule", "MomentumOptimizer", "NumpyDataset", "Optimizer", "OrderedSampler",
-    "OutputError", "ProgressBar", "RMSPropOptimizer", "RunTime", "Sampler", "ShuffleSampler", "StopAfter",
-    "StopWhenAccuracy", "TestAccuracy", "TestMetric", "Throughput", "TimeToAccuracy", "ThreeStepOptimizer",
-    "Trainer", "TrainerEvent", "TrainingAccuracy", "TrainingMetric", "TrainingStats", "UpdateRuleOptimizer",
-    "WallclockTime",
+    "AdaGradOptimizer", "AdamOptimizer", "AdamWOptimizer", "CSVLogger", "Compose", "Dataset", "EpochSummary",
+    "GradientDescent", "JSONLogger", "LearningRateSchedule", "MomentumOptimizer", "Normalize", "NumpyDataset",
+    "Optimizer", "OrderedSampler", "OutputError", "ProgressBar", "RMSPropOptimizer", "RandomCrop",
+    "RandomHorizontalFlip", "RunTime", "Sampler", "ShuffleSampler", "StopAfter", "StopWhenAccuracy", "TestAccuracy",
+    "TestMetric", "Throughput", "TimeToAccuracy", "ThreeStepOptimizer", "Trainer", "TrainerEvent",
+    "TrainingAccuracy", "TrainingMetric", "TrainingStats", "Transform", "UpdateRuleOptimizer", "WallclockTime",
 ]

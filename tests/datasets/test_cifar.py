@@ -1,28 +1,28 @@
 """CIFAR-10/100 loading from archives generated in the official layout and Python-2 pickle format."""
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import io
 import os
 import pickle
 import pickletools
 import socket
-import struct
-import tarfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import d5.datasets
 from d5.datasets import cifar, storage
-from d5.datasets.storage import Checksum, RemoteFile
 from d5.errors import DatasetError
 
-N = 20  # images per generated batch
-CIFAR10_ARCHIVE = "cifar-10-python.tar.gz"
-CIFAR100_ARCHIVE = "cifar-100-python.tar.gz"
+# The generator of official-format archives is shared with the recipe tests (conftest.py puts tests/support
+# on sys.path); the short private names keep this module's tests as they were.
+from cifar_archives import CIFAR10_ARCHIVE, CIFAR100_ARCHIVE, N, TRAIN_BATCHES
+from cifar_archives import cifar10_archive as _cifar10_archive
+from cifar_archives import cifar10_members as _cifar10_members
+from cifar_archives import cifar100_members as _cifar100_members
+from cifar_archives import python2_pickle as _python2_pickle
+from cifar_archives import trusted_source as _trusting
+from cifar_archives import write_tar_gz as _write_tar_gz
+
 OFFICIAL_CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 
 
@@ -33,117 +33,10 @@ def isolated_data_dirs(tmp_path, monkeypatch):
     monkeypatch.delenv(storage.DATA_DIR_ENV, raising=False)
 
 
-# --- archives in the official format ----------------------------------------------------------------
-
-class _Python2Pickler(pickle._Pickler):
-    """Protocol 2 as the official files were written by Python 2's cPickle: ``str`` (here: bytes) as
-    BINSTRING opcodes, and numpy arrays rebuilt through ``numpy.core.multiarray._reconstruct``."""
-
-    dispatch = dict(pickle._Pickler.dispatch)
-
-    def save_python2_str(self, obj):
-        header = pickle.SHORT_BINSTRING + bytes([len(obj)]) if len(obj) < 256 else \
-            pickle.BINSTRING + struct.pack("<i", len(obj))
-        self.write(header + obj)
-        self.memoize(obj)
-
-    dispatch[bytes] = save_python2_str
-
-    def save_global(self, obj, name=None):
-        if getattr(obj, "__name__", None) == "_reconstruct":
-            self.write(pickle.GLOBAL + b"numpy.core.multiarray\n_reconstruct\n")
-            self.memoize(obj)
-        else:
-            super().save_global(obj, name)
-
-
-def _python2_pickle(obj) -> bytes:
-    buffer = io.BytesIO()
-    _Python2Pickler(buffer, protocol=2).dump(obj)
-    return buffer.getvalue()
-
-
-def _write_tar_gz(path: Path, directory: str, members: dict) -> Path:
-    """Write ``members`` ({name: bytes}) under ``directory/`` like `tar czf`, with the directory entry."""
-    with tarfile.open(path, "w:gz") as archive:
-        info = tarfile.TarInfo(directory)
-        info.type, info.mode = tarfile.DIRTYPE, 0o755
-        archive.addfile(info)
-        for name, raw in members.items():
-            info = tarfile.TarInfo(f"{directory}/{name}")
-            info.size, info.mode = len(raw), 0o644
-            archive.addfile(info, io.BytesIO(raw))
-    return path
-
-
-def _overridden(members: dict, overrides: dict) -> dict:
-    """``members`` with each of ``overrides`` replacing a member (or, where None, leaving it out)."""
-    members = {**members, **overrides}
-    return {name: raw for name, raw in members.items() if raw is not None}
-
-
-def _cifar10_members(seed: int = 0, **overrides) -> tuple:
-    """Pickled members of a small CIFAR-10 archive (N images per batch) and the arrays in them."""
-    rng = np.random.default_rng(seed)
-    batches = {}
-    batch_labels = [f"training batch {k} of 5".encode() for k in range(1, 6)] + [b"testing batch 1 of 1"]
-    for label, name in zip(batch_labels, [f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]):
-        batches[name] = {
-            b"batch_label": label,
-            b"labels": [int(v) for v in rng.integers(0, 10, N)],
-            b"data": rng.integers(0, 256, size=(N, 3072), dtype=np.uint8),
-            b"filenames": [f"{name}_{j}.png".encode() for j in range(N)],
-        }
-    meta = {b"num_cases_per_batch": N, b"label_names": [c.encode() for c in cifar.CIFAR10_CLASSES],
-            b"num_vis": 3072}
-    # Not in the official order, and with the readme the archive also carries: order must not matter.
-    members = {"batches.meta": _python2_pickle(meta), "test_batch": _python2_pickle(batches["test_batch"]),
-               "readme.html": b"<html></html>"}
-    for k in (3, 1, 5, 2, 4):
-        members[f"data_batch_{k}"] = _python2_pickle(batches[f"data_batch_{k}"])
-    return _overridden(members, overrides), batches
-
-
-def _cifar100_members(seed: int = 0, **overrides) -> tuple:
-    rng = np.random.default_rng(seed)
-    splits = {}
-    for name in ("train", "test"):
-        splits[name] = {
-            b"filenames": [f"{name}_{j}.png".encode() for j in range(N)],
-            b"batch_label": f"{name}ing batch 1 of 1".encode(),
-            b"fine_labels": [int(v) for v in rng.integers(0, 100, N)],
-            b"coarse_labels": [int(v) for v in rng.integers(0, 20, N)],
-            b"data": rng.integers(0, 256, size=(N, 3072), dtype=np.uint8),
-        }
-    meta = {b"fine_label_names": [c.encode() for c in cifar.CIFAR100_FINE_CLASSES],
-            b"coarse_label_names": [c.encode() for c in cifar.CIFAR100_COARSE_CLASSES]}
-    members = {"meta": _python2_pickle(meta), "test": _python2_pickle(splits["test"]),
-               "train": _python2_pickle(splits["train"])}
-    return _overridden(members, overrides), splits
-
-
-def _trusting(source, archive: Path):
-    """``source`` with the generated ``archive``'s SHA-256 in place of the official one."""
-    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
-    return dataclasses.replace(source, files=(RemoteFile(source.files[0].filename, Checksum("sha256", digest)),))
-
-
-def _cifar10_archive(directory: Path, monkeypatch=None, **overrides):
-    directory.mkdir(parents=True, exist_ok=True)
-    members, batches = _cifar10_members(**overrides)
-    archive = _write_tar_gz(directory / CIFAR10_ARCHIVE, "cifar-10-batches-py", members)
-    if monkeypatch is not None:
-        monkeypatch.setattr(cifar, "CIFAR10", _trusting(cifar.CIFAR10, archive))
-    return archive, batches
-
-
 def _expected(batches: dict, names) -> tuple:
     rows = np.concatenate([batches[n][b"data"] for n in names])
     labels = np.concatenate([batches[n][b"labels"] for n in names])
     return rows, labels
-
-
-TRAIN_BATCHES = [f"data_batch_{k}" for k in range(1, 6)]
 
 
 def test_generated_pickles_have_the_official_python2_opcodes():

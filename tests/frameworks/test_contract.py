@@ -193,6 +193,39 @@ def test_zero_copy_frameworks_fetch_the_live_values(framework):
     assert np.shares_memory(*executor.network.fetch_tensors(["w_grad", "w_grad"]))
 
 
+def _lenet_batches(count: int, size: int = 16) -> list[dict]:
+    rng = np.random.default_rng(7)
+    return [{"input": rng.standard_normal((size, 1, 28, 28)).astype(np.float32),
+             "label": rng.integers(0, 10, size).astype(np.int64)} for _ in range(count)]
+
+
+def test_five_lenet5_training_steps_agree_with_the_reference(framework):
+    """The framework's own MomentumOptimizer over five LeNet-5 steps follows the reference's trajectory: the
+    losses and the final weights agree (errors compound over steps, so 1e-4 of each tensor's scale)."""
+    executor, oracle = framework.from_model(d5.models.lenet5(seed=3)), reference.from_model(d5.models.lenet5(seed=3))
+    optimizer, expected = framework.MomentumOptimizer(executor, 0.05, 0.9), reference.MomentumOptimizer(oracle, 0.05, 0.9)
+    losses = [(float(optimizer.step(b)["loss"]), float(expected.step(b)["loss"])) for b in _lenet_batches(5)]
+    np.testing.assert_allclose(*zip(*losses), rtol=1e-4)
+    assert losses[-1][1] < losses[0][1]  # it trained
+    for param in oracle.network.get_params():
+        want = oracle.network.fetch_tensor(param)
+        np.testing.assert_allclose(executor.network.fetch_tensor(param), want, rtol=0,
+                                   atol=1e-4 * float(np.abs(want).max()), err_msg=param)
+
+
+def test_the_framework_neutral_optimizers_train_every_framework(framework):
+    """d5.MomentumOptimizer (fetch_tensors/feed_tensor, no framework code) on this framework's executor takes
+    the same steps as on the reference."""
+    executor, oracle = framework.from_model(d5.models.lenet5(seed=4)), reference.from_model(d5.models.lenet5(seed=4))
+    optimizer, expected = d5.MomentumOptimizer(executor, 0.05, 0.9), d5.MomentumOptimizer(oracle, 0.05, 0.9)
+    for b in _lenet_batches(3):
+        np.testing.assert_allclose(optimizer.step(b)["loss"], expected.step(b)["loss"], rtol=1e-4)
+    for param in oracle.network.get_params():
+        want = oracle.network.fetch_tensor(param)
+        np.testing.assert_allclose(executor.network.fetch_tensor(param), want, rtol=0,
+                                   atol=1e-4 * float(np.abs(want).max()), err_msg=param)
+
+
 # ---------------------------------------------------------------- the zoo, forward and backward
 ZOO = {
     "lenet5": lambda: d5.models.lenet5(),

@@ -17,15 +17,20 @@ import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import torch
 
-from d5.errors import GraphError
-from d5.frameworks.base import NATIVE_LOSSES, Capabilities, add_native_loss  # noqa: F401 (NATIVE_LOSSES: re-export)
-from d5.frameworks.pytorch.custom_op import custom_op
-from d5.frameworks.pytorch.executor import NativeModuleOp, PyTorchGraphExecutor, torch_device
-from d5.frameworks.pytorch.optimizers import (AdaGradOptimizer, AdamOptimizer, AdamWOptimizer, GradientDescent,
+from d5.frameworks import require_installed
+
+require_installed("pytorch")  # a d5 error naming the extra, not a bare ModuleNotFoundError
+
+import torch  # noqa: E402
+
+from d5.errors import GraphError  # noqa: E402
+from d5.frameworks.base import NATIVE_LOSSES, Capabilities, add_native_loss  # noqa: E402, F401 (NATIVE_LOSSES: re-export)
+from d5.frameworks.pytorch.custom_op import custom_op  # noqa: E402
+from d5.frameworks.pytorch.executor import NativeModuleOp, PyTorchGraphExecutor, torch_device  # noqa: E402
+from d5.frameworks.pytorch.optimizers import (AdaGradOptimizer, AdamOptimizer, AdamWOptimizer, GradientDescent,  # noqa: E402
                                               MomentumOptimizer, RMSPropOptimizer)
-from d5.network.graph import Network
+from d5.network.graph import Network  # noqa: E402
 
 NAME = "pytorch"
 
@@ -84,7 +89,7 @@ def from_native(module: torch.nn.Module, loss: Any = None, inputs: Mapping[str, 
     network.add_custom_node(NativeModuleOp(module), list(inputs), ["output"], name="model")
     network.add_output("output")
     if loss is not None:
-        native_loss = NativeModuleOp(loss) if callable(loss) and not isinstance(loss, str) else None
+        native_loss = NativeModuleOp(loss, loss_of=module) if callable(loss) and not isinstance(loss, str) else None
         add_native_loss(network, loss, native_loss, input_dtype, label_dtype,
                         "a torch loss such as torch.nn.CrossEntropyLoss()")
     return PyTorchGraphExecutor(network, device=device)

@@ -42,7 +42,8 @@ class CustomOpModule(torch.nn.Module):
     def forward(self, *inputs: torch.Tensor | None) -> Any:
         self.op.training = self.training
         outputs = _CustomOpFunction.apply(self.op, *inputs)
-        return outputs[0] if len(outputs) == 1 else outputs
+        # One tensor alone; otherwise a tuple, so that a lone sequence output (a list) is not taken for outputs.
+        return outputs[0] if len(outputs) == 1 and isinstance(outputs[0], torch.Tensor) else outputs
 
     def extra_repr(self) -> str:
         return type(self.op).__name__
@@ -58,26 +59,27 @@ def custom_op(op: CustomOp) -> CustomOpModule:
 class _CustomOpFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, op: CustomOp, *inputs: torch.Tensor | None):  # noqa: D401 - torch's signature
-        arrays = [None if t is None else _numpy(t) for t in inputs]
-        op.input_grad_required = tuple(t is not None and t.requires_grad for t in inputs)
-        results = [np.asarray(r) for r in as_tuple(op.forward(arrays))]
-        device = next((t.device for t in inputs if t is not None), torch.device("cpu"))
+        arrays = [_numpy(t) for t in inputs]
+        op.input_grad_required = tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+        results = [_as_result(r) for r in as_tuple(op.forward(arrays))]
+        device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), torch.device("cpu"))
         if op.training:
             with torch.no_grad():
                 for index, value in op.state_updates().items():
                     inputs[index].copy_(torch.from_numpy(np.ascontiguousarray(value)).to(inputs[index].dtype))
         ctx.op, ctx.arrays, ctx.results, ctx.device = op, arrays, results, device
-        outputs = tuple(torch.from_numpy(np.array(r, copy=True)).to(device) for r in results)
-        ctx.mark_non_differentiable(*[o for o in outputs if not o.is_floating_point()])
+        outputs = tuple(_as_output(r, device) for r in results)
+        ctx.mark_non_differentiable(*[o for o in outputs if isinstance(o, torch.Tensor) and not o.is_floating_point()])
         return outputs
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor | None):
-        out_grads = [np.zeros_like(r) if g is None else _numpy(g) for g, r in zip(grads, ctx.results)]
+        out_grads = [_numpy(g) if g is not None else np.zeros_like(r) if isinstance(r, np.ndarray) else None
+                     for g, r in zip(grads, ctx.results)]
         in_grads = as_tuple(ctx.op.backward(out_grads, ctx.arrays, ctx.results))
         converted = []
         for grad, array in zip(in_grads, ctx.arrays):
-            if grad is None or array is None or array.dtype.kind not in "fc":
+            if grad is None or not isinstance(array, np.ndarray) or array.dtype.kind not in "fc":
                 converted.append(None)
             else:
                 converted.append(torch.from_numpy(np.array(grad, dtype=array.dtype, copy=True)).to(ctx.device))
@@ -85,6 +87,23 @@ class _CustomOpFunction(torch.autograd.Function):
         return (None, *converted)
 
 
-def _numpy(tensor: torch.Tensor) -> np.ndarray:
-    tensor = tensor.detach()
-    return tensor.numpy() if tensor.device.type == "cpu" else tensor.cpu().numpy()
+def _numpy(value: Any) -> Any:
+    """An input as the op takes it: NumPy for a tensor; values torch cannot hold (sequences, strings, int4...)
+    arrive as they are."""
+    from d5.frameworks.pytorch.executor import as_numpy_value
+
+    return as_numpy_value(value) if isinstance(value, torch.Tensor) else value
+
+
+def _as_result(value: Any) -> Any:
+    # Sequences (lists) and absent optionals (None) stay as they are; anything else is an array.
+    return value if value is None or isinstance(value, list) else np.asarray(value)
+
+
+def _as_output(value: Any, device: torch.device) -> Any:
+    """A result as a torch tensor (a copy: the op may reuse its arrays), or as itself where torch cannot hold it."""
+    from d5.frameworks.pytorch.executor import as_module_value
+
+    if isinstance(value, np.ndarray):
+        value = np.array(value, copy=True)
+    return as_module_value(value, device)

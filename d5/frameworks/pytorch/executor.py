@@ -17,11 +17,13 @@ import numpy as np
 import torch
 import torch.fx
 
-from d5.errors import D5Error, GraphError, UnsupportedOperatorError
+from d5.errors import D5Error, GraphError, OperatorError, ShapeError, UnsupportedOperatorError
 from d5.frameworks.base import FrameworkExecutor
+from d5.frameworks.placement import nodes_on_reference
 from d5.frameworks.pytorch.custom_op import CustomOpModule, custom_op
 from d5.frameworks.pytorch.operators import create_operator
 from d5.network.executor import LiveNetwork
+from d5.network.operator_errors import operator_failure
 from d5.network.graph import Network, Node, gradient_name, like_param, node_captures, require_name
 from d5.ops.operator import CustomOp
 
@@ -42,11 +44,13 @@ def torch_device(device: Any) -> torch.device:
 
 class NativeModuleOp(CustomOp):
     """Marks a graph node computed by a user's ``torch.nn.Module`` (or a torch loss function): the pytorch
-    executor calls it directly with the node's tensor inputs, and its parameters are the live state."""
+    executor calls it directly with the node's tensor inputs, and its parameters are the live state.
+    ``loss_of`` is, for a loss, the module whose output it takes (named when the two do not fit)."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, loss_of: Any = None) -> None:
         super().__init__()
         self.module = module
+        self.loss_of = loss_of
 
     def forward(self, inputs):
         raise D5Error(f"{type(self.module).__name__} is a torch module: run this network on the pytorch framework")
@@ -55,13 +59,33 @@ class NativeModuleOp(CustomOp):
 class _NativeCall(torch.nn.Module):
     """Calls a native module on the node's inputs (its parameters are its own: the live state holds them)."""
 
-    def __init__(self, module: Any, arity: int) -> None:
+    def __init__(self, module: Any, arity: int, loss_of: Any = None) -> None:
         super().__init__()
         self.module = module  # an nn.Module becomes a submodule, so train()/eval() reach it
         self.arity = arity
+        self.loss_of = loss_of
 
     def forward(self, *inputs: torch.Tensor) -> Any:
-        return self.module(*inputs[:self.arity])
+        if self.loss_of is None:
+            return self.module(*inputs[:self.arity])
+        try:
+            return self.module(*inputs[:self.arity])
+        except Exception as err:  # torch's message names neither the model nor the loss
+            output, label = (_describe_value(v) for v in inputs[:2])
+            raise ShapeError(f"from_native: the output of {_name(self.loss_of)} ({output}) does not fit the loss "
+                             f"{_name(self.module)} with label {label}: {str(err).splitlines()[0] if str(err) else type(err).__name__}. "
+                             "Make the model output what the loss takes (e.g. (N, classes) logits and (N,) int64 "
+                             "class labels for CrossEntropyLoss), or pick another loss") from err
+
+
+def _name(module: Any) -> str:
+    return type(module).__name__ if isinstance(module, torch.nn.Module) else getattr(module, "__name__", repr(module))
+
+
+def _describe_value(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"shape {tuple(value.shape)}, {str(value.dtype).replace('torch.', '')}"
+    return type(value).__name__
 
 
 def native_tensors(graph: Network) -> dict[str, torch.Tensor]:
@@ -89,26 +113,28 @@ class TorchLiveNetwork(LiveNetwork):
         native = native_tensors(graph)  # a user's module keeps its own tensors
         self.param_values: dict[str, torch.Tensor] = {
             name: native[name] if name in native else
-            (torch.nn.Parameter(_to_torch(value, device)) if graph.is_trainable(name) else _to_torch(value, device))
+            (torch.nn.Parameter(_to_torch(value, device)) if graph.is_trainable(name) else as_module_value(value, device))
             for name, value in graph.params.items()}
 
     def parameters(self) -> list[torch.nn.Parameter]:
         """The trainable parameters, in ``get_params()`` order (what torch optimizers take)."""
         return [self.param_values[name] for name in self.get_params()]
 
-    def as_numpy(self, value: torch.Tensor) -> np.ndarray:
-        return _to_numpy(value)
+    def as_numpy(self, value: Any) -> Any:
+        return as_numpy_value(value)
 
     def feed_tensor(self, name: str, value: Any, is_param: bool = False) -> None:
         require_name(name, "tensor name")
         current = self.param_values.get(name)
-        if current is not None:
+        if current is not None and not isinstance(current, torch.Tensor):  # a value torch cannot hold (strings...)
+            self.param_values[name] = like_param(name, value, current)
+        elif current is not None:
             if isinstance(value, torch.Tensor):
                 if tuple(value.shape) != tuple(current.shape):
                     like_param(name, np.empty(tuple(value.shape)), np.empty(tuple(current.shape)))  # the ShapeError
                 source = value
             else:
-                source = torch.from_numpy(np.ascontiguousarray(like_param(name, value, _to_numpy(current))))
+                source = as_module_value(like_param(name, value, _to_numpy(current)), current.device)
             with torch.no_grad():
                 current.copy_(source)
         elif is_param:
@@ -125,6 +151,8 @@ class PyTorchGraphExecutor(FrameworkExecutor):
         self._device = torch_device(device)
         super().__init__(network, device)
         self.fallback_operators: list[str] = []
+        #: Nodes touching values torch cannot hold (strings, sequences, int4...): the reference runs them.
+        self._on_reference = nodes_on_reference(self.graph, holds)
         self._ops = torch.nn.ModuleDict()
         self._steps: list[tuple[Node, str, list[str]]] = []
         for index, node in enumerate(self.graph.topological_order()):
@@ -139,6 +167,7 @@ class PyTorchGraphExecutor(FrameworkExecutor):
                           "mapping and run on the reference framework through the custom-op bridge", FallbackWarning,
                           stacklevel=3)
         self._compile = bool(compile)
+        self._training = self._ops.training
         self._modules: dict[frozenset, tuple[torch.nn.Module, list[str], list[str]]] = {}
 
     def make_live_network(self, graph: Network) -> TorchLiveNetwork:
@@ -146,15 +175,20 @@ class PyTorchGraphExecutor(FrameworkExecutor):
 
     def _make_op(self, node: Node, strict: bool) -> torch.nn.Module:
         if isinstance(node.custom_op, NativeModuleOp):
-            return _NativeCall(node.custom_op.module, len(node.inputs))
+            return _NativeCall(node.custom_op.module, len(node.inputs), node.custom_op.loss_of)
         if node.custom_op is not None:
             return custom_op(node.custom_op)
-        try:
-            return create_operator(node.op_type, node.attrs, self.graph.opset)
-        except UnsupportedOperatorError:
-            if strict:
-                raise UnsupportedOperatorError(f"node {node.name!r}: the pytorch framework has no native mapping of "
-                                               f"{node.op_type!r} (strict=True refuses the reference fallback)") from None
+        foreign = self._on_reference.get(node.name)
+        if foreign is None:
+            try:
+                return create_operator(node.op_type, node.attrs, self.graph.opset)
+            except UnsupportedOperatorError:
+                why = f"has no native mapping of {node.op_type!r}"
+        else:
+            why = f"cannot hold the values of {node.op_type!r} ({foreign})"
+        if strict:
+            raise UnsupportedOperatorError(f"node {node.name!r}: the pytorch framework {why} (strict=True refuses "
+                                           "the reference fallback)") from None
         from d5.frameworks.reference.operators import create_operator as reference_operator
 
         try:
@@ -162,6 +196,11 @@ class PyTorchGraphExecutor(FrameworkExecutor):
         except UnsupportedOperatorError as err:
             raise UnsupportedOperatorError(f"node {node.name!r}: neither torch nor the reference framework implements "
                                            f"{node.op_type!r} ({err})") from None
+        prepare = getattr(op, "prepare_subgraphs", None)
+        if prepare is not None:  # control flow: its bodies run on the reference too
+            from d5.frameworks.reference.executor import ReferenceGraphExecutor
+
+            prepare(ReferenceGraphExecutor)
         self.fallback_operators.append(node.op_type)
         return custom_op(op)
 
@@ -207,17 +246,42 @@ class PyTorchGraphExecutor(FrameworkExecutor):
 
     def _run(self, feeds: dict[str, Any], training: bool):
         module, inputs, outputs = self._module(frozenset(feeds))
-        self._ops.train(training)
-        args = [_to_torch(feeds[name], self._device) for name in inputs]
+        if training != self._training:  # Module.train() walks every converter: only on a change of mode
+            self._ops.train(training)
+            self._training = training
+        args = [as_module_value(feeds[name], self._device) for name in inputs]
         live = self.network.param_values
-        values = module(*args, *[live[name] for name in self.graph.params])
+        try:
+            values = module(*args, *[live[name] for name in self.graph.params])
+        except Exception as err:
+            raise self._failure(err) from err
         return dict(zip(outputs, values))
+
+    def _failure(self, err: Exception, phase: str = "") -> D5Error:
+        """The backstop: ``err`` escaped the generated module (or autograd) as a d5 error naming the node whose
+        converter raised it, found from the traceback (the converter's frame has it as ``self``)."""
+        nodes = {id(self._ops[key]): node for node, key, _ in self._steps}
+        failing, inputs = None, []
+        trace = err.__traceback__
+        while trace is not None:
+            frame = trace.tb_frame
+            if "self" in frame.f_code.co_varnames and id(frame.f_locals.get("self")) in nodes:
+                failing = nodes[id(frame.f_locals["self"])]
+                if isinstance(frame.f_locals.get("args"), tuple):  # torch's Module.__call__ frame: the inputs
+                    inputs = [as_numpy_value(value) for value in frame.f_locals["args"]]
+            trace = trace.tb_next
+        if failing is None:
+            if isinstance(err, D5Error):
+                return err
+            return OperatorError(f"the pytorch framework's {phase or 'forward'} pass failed: {type(err).__name__}: "
+                                 f"{str(err).splitlines()[0] if str(err) else ''}")
+        return operator_failure(err, failing, inputs, self.graph.opset, phase)
 
     # ------------------------------------------------------------------ passes
     def run_inference(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
         with torch.no_grad():
             values = self._run(feeds, training=False)
-        return {name: _to_numpy(value) for name, value in values.items()}
+        return {name: as_numpy_value(value) for name, value in values.items()}
 
     def run_training(self, feeds: dict[str, Any], y: str) -> dict[str, np.ndarray]:
         params = self.network.parameters()
@@ -229,14 +293,17 @@ class PyTorchGraphExecutor(FrameworkExecutor):
             raise GraphError(f"cannot differentiate {y!r}: it is not a graph output computed from the given inputs "
                              f"({sorted(values)})")
         if loss.requires_grad:
-            loss.backward(torch.ones_like(loss))
-        tensors = {name: value.detach() for name, value in values.items()}
+            try:
+                loss.backward(None if loss.dim() == 0 else torch.ones_like(loss))
+            except Exception as err:
+                raise self._failure(err, "backward") from err
+        tensors = {name: value.detach() if isinstance(value, torch.Tensor) else value for name, value in values.items()}
         for name, param in zip(self.graph.get_params(), params):
             if param.grad is None:  # y does not depend on it: a zero gradient, as on every framework (and torch
                 param.grad = torch.zeros_like(param)  # optimizers then decay it like the reference's do)
             tensors[gradient_name(name)] = param.grad
         self.network.set_pass_tensors(tensors)
-        return {name: _to_numpy(value) for name, value in tensors.items() if name in values}
+        return {name: as_numpy_value(value) for name, value in tensors.items() if name in values}
 
 
 def _first(result: Any) -> Any:
@@ -244,15 +311,60 @@ def _first(result: Any) -> Any:
     return result[0] if isinstance(result, (tuple, list)) else result
 
 
-def _to_torch(value: Any, device: torch.device) -> torch.Tensor:
+def holds(dtype: np.dtype) -> bool:
+    """Whether torch holds and computes with tensors of NumPy ``dtype``; values of other types (strings, 4-bit
+    integers, float8) stay NumPy, on the reference. (uint16..uint64, which torch stores but has few kernels
+    for, are held: the converters compute them in a wider type.)
+
+    >>> holds(np.dtype(np.float32)), holds(np.dtype(np.uint32)), holds(np.dtype(object))
+    (True, True, False)
+    """
+    return dtype.kind in "biufc" or dtype.name == "bfloat16"
+
+
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    # Not np.ascontiguousarray: with NumPy 1.x it turns a 0-d array into a 1-d one.
+    return array if array.flags.c_contiguous else np.array(array, order="C")
+
+
+def as_module_value(value: Any, device: torch.device) -> Any:
+    """A value as the generated module takes it: a torch tensor, or, for what torch cannot hold (sequences,
+    strings, int4, ...), the value itself, which only reference operators read."""
     if isinstance(value, torch.Tensor):
         return value.to(device)
+    if value is None or isinstance(value, list):
+        return value
     array = np.asarray(value)
-    if array.dtype.kind not in "biuf":
-        raise D5Error(f"the pytorch framework takes numeric tensors; got dtype {array.dtype}")
-    return torch.from_numpy(np.ascontiguousarray(array)).to(device)
+    if not holds(array.dtype):
+        return array
+    if array.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: same bits as torch's
+        return torch.from_numpy(_contiguous(array).view(np.int16)).view(torch.bfloat16).to(device)
+    return torch.from_numpy(_contiguous(array)).to(device)
+
+
+def as_numpy_value(value: Any) -> Any:
+    """A module output as NumPy: tensors as arrays (zero-copy on the CPU), sequences element by element."""
+    if isinstance(value, torch.Tensor):
+        return _to_numpy(value)
+    if isinstance(value, (list, tuple)):
+        return [as_numpy_value(v) for v in value]
+    return value
+
+
+def _to_torch(value: Any, device: torch.device) -> torch.Tensor:
+    converted = as_module_value(value, device)
+    if not isinstance(converted, torch.Tensor):
+        raise D5Error(f"the pytorch framework holds numeric tensors; got {type(value).__name__} of dtype "
+                      f"{getattr(np.asarray(value), 'dtype', '?')}")
+    return converted
 
 
 def _to_numpy(value: torch.Tensor) -> np.ndarray:
     value = value.detach()
-    return value.numpy() if value.device.type == "cpu" else value.cpu().numpy()
+    if value.device.type != "cpu":
+        value = value.cpu()
+    if value.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return value.numpy()

@@ -13,6 +13,7 @@ tensor([0., 2.])
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any, Mapping
 
 import torch
@@ -20,10 +21,8 @@ import torch
 from d5.frameworks.base import OPERATOR_CATEGORIES
 from d5.ops.registry import OperatorRegistry
 
-#: The categories this framework has converters for (a subset of OPERATOR_CATEGORIES, same file names).
-CATEGORIES = tuple(name for name in OPERATOR_CATEGORIES
-                   if name in ("activation", "elementwise", "reduction", "shape", "indexing", "generator",
-                               "normalization", "pooling", "convolution", "linear", "recurrent", "loss"))
+#: The categories this framework has converters for: the OPERATOR_CATEGORIES with a module here (same file names).
+CATEGORIES = tuple(name for name in OPERATOR_CATEGORIES if importlib.util.find_spec(f"{__name__}.{name}") is not None)
 
 
 class TorchOp(torch.nn.Module):

@@ -2,6 +2,7 @@
 ONNX window attributes into explicit (possibly negative) per-side pads for torch."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import torch
@@ -54,11 +55,21 @@ def resolve_pads(op_name: str, spatial: Sequence[int], kernel: Sequence[int], st
                  auto_pad: str, ceil_mode: bool = False, clamp_same_pads: bool = False):
     """The window geometry and, per spatial axis, the (begin, end) amounts to pad (negative: crop) the input
     by so that plain stride/dilation windows with no padding give exactly ONNX's output (ceil_mode overhang
-    included)."""
+    included). Memoized: a converter meets the same input shapes step after step, and resolving them anew
+    would cost a training step of a small network a few percent."""
+    def optional(values):
+        return None if not values else tuple(values)
+
+    return _resolve_pads(op_name, tuple(spatial), tuple(kernel), optional(strides), optional(dilations),
+                         optional(pads), auto_pad, bool(ceil_mode), bool(clamp_same_pads))
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolve_pads(op_name, spatial, kernel, strides, dilations, pads, auto_pad, ceil_mode, clamp_same_pads):
     rank = len(spatial)
-    strides = tuple(strides) if strides else (1,) * rank
-    dilations = tuple(dilations) if dilations else (1,) * rank
-    pads = tuple(pads) if pads else (0,) * (2 * rank)
+    strides = strides or (1,) * rank
+    dilations = dilations or (1,) * rank
+    pads = pads or (0,) * (2 * rank)
     geometry = window_geometry(spatial, kernel, strides=strides, dilations=dilations, pads=pads,
                                auto_pad=auto_pad, ceil_mode=ceil_mode, clamp_same_pads=clamp_same_pads,
                                op_name=op_name)
@@ -68,7 +79,7 @@ def resolve_pads(op_name: str, spatial: Sequence[int], kernel: Sequence[int], st
         needed = (geometry.out[axis] - 1) * strides[axis] + extent
         begin = geometry.pads_begin[axis]
         sides.append((begin, needed - size - begin))
-    return geometry, strides, dilations, sides
+    return geometry, strides, dilations, tuple(sides)
 
 
 def pad_spatial(x: torch.Tensor, sides: Sequence[tuple[int, int]], value: float = 0.0) -> torch.Tensor:

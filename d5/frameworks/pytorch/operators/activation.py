@@ -1,6 +1,6 @@
 """Activations as native torch operations: Relu, Sigmoid, Tanh, LeakyRelu, Elu, Selu, Celu, Gelu, HardSigmoid,
-HardSwish, Mish, Softplus, Softsign, ThresholdedRelu, PRelu, Softmax/LogSoftmax/Hardmax (opset 13 and the
-2-D-coercing opsets 1-12), and Dropout (with its mask output)."""
+HardSwish, Mish, Softplus, Softsign, ThresholdedRelu, PRelu, Shrink, Swish, SwiGLU, Softmax/LogSoftmax/Hardmax
+(opset 13 and the 2-D-coercing opsets 1-12), and Dropout (with its mask output)."""
 from __future__ import annotations
 
 import math
@@ -137,6 +137,63 @@ class PRelu(TorchOp):
         if slope.dim() == 1 and x.dim() >= 2 and slope.shape[0] == x.shape[1] and slope.shape[0] != x.shape[-1]:
             slope = slope.reshape(-1, *(1,) * (x.dim() - 2))
         return torch.where(x >= 0, x, x * slope)
+
+
+@register("Shrink")
+class Shrink(TorchOp):
+    """``X + bias`` where ``X < -lambd``, ``X - bias`` where ``X > lambd``, 0 elsewhere (any numeric type; the
+    bias in X's type, as the reference); gradient 1 outside ``[-lambd, lambd]``."""
+
+    def __init__(self, bias: float = 0.0, lambd: float = 0.5) -> None:
+        super().__init__()
+        self.bias, self.lambd = float(bias), float(lambd)
+
+    def forward(self, x):
+        bias = self.bias if x.is_floating_point() else int(self.bias)  # NumPy's astype truncates toward zero
+        zero = torch.zeros((), dtype=x.dtype, device=x.device)
+        return torch.where(x < -self.lambd, x + bias, torch.where(x > self.lambd, x - bias, zero)).to(x.dtype)
+
+
+_NARROW_FLOATS = (torch.float16, torch.bfloat16)
+
+
+def _swish(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    # Computed in float32 for the narrow floats (as the reference); F.silu is the fused alpha = 1 case.
+    return F.silu(x) if alpha == 1.0 else x * torch.sigmoid(alpha * x)
+
+
+@register("Swish")
+class Swish(TorchOp):
+    """``X * sigmoid(alpha * X)`` (SiLU for ``alpha=1``)."""
+
+    def __init__(self, alpha: float = 1.0) -> None:
+        super().__init__()
+        self.alpha = float(alpha)
+
+    def forward(self, x):
+        if x.dtype in _NARROW_FLOATS:
+            return _swish(x.float(), self.alpha).to(x.dtype)
+        return _swish(x, self.alpha)
+
+
+@register("SwiGLU")
+class SwiGLU(TorchOp):
+    """``Swish_alpha(A) * B`` for A and B of one shape (no broadcasting)."""
+
+    def __init__(self, alpha: float = 1.0) -> None:
+        super().__init__()
+        self.alpha = float(alpha)
+
+    def forward(self, a, b=None):
+        if b is None:
+            raise ShapeError("SwiGLU: expected inputs (A, B), got 1")
+        if a.shape != b.shape:
+            raise ShapeError(f"SwiGLU: A and B must have the same shape (no broadcasting), got {tuple(a.shape)} and "
+                             f"{tuple(b.shape)}; split the projection evenly or Expand first")
+        if a.dtype in _NARROW_FLOATS or b.dtype in _NARROW_FLOATS:
+            compute = torch.float64 if torch.float64 in (a.dtype, b.dtype) else torch.float32
+            return (_swish(a.to(compute), self.alpha) * b.to(compute)).to(a.dtype)
+        return _swish(a, self.alpha) * b
 
 
 @register("Softmax", since=13)

@@ -1,7 +1,11 @@
 """Convolutions as native torch operations: Conv and ConvTranspose, 1-D to 3-D, with groups, dilations and
 ONNX's padding rules (explicit asymmetric pads, auto_pad) resolved by the framework-neutral
-:func:`d5.ops.onnx_semantics.window_geometry`; asymmetric or negative pads become an explicit F.pad."""
+:func:`d5.ops.onnx_semantics.window_geometry`; asymmetric or negative pads become an explicit F.pad. Also
+Col2Im (any rank)."""
 from __future__ import annotations
+
+import itertools
+import math
 
 import torch
 import torch.nn.functional as F
@@ -9,7 +13,7 @@ import torch.nn.functional as F
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints, pad_spatial, resolve_pads
-from d5.ops.onnx_semantics import as_text, check_window_attributes
+from d5.ops.onnx_semantics import as_text, check_window_attributes, window_geometry
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
@@ -107,3 +111,144 @@ class ConvTranspose(_ConvAttributes):
         if self.auto_pad == "SAME_UPPER":
             return [t // 2 for t in total]
         return [t - t // 2 for t in total]
+
+
+@register("Col2Im")
+class Col2Im(TorchOp):
+    """Sum the columns of ``input`` (N, C * prod(block_shape), L) back into an image (N, C, *image_shape): the
+    inverse layout of im2col, overlapping blocks added (``F.fold`` for 2-D images, a loop over the block's taps
+    otherwise). Differentiable (the reference is not)."""
+
+    def __init__(self, dilations=None, pads=None, strides=None) -> None:
+        super().__init__()
+        self.dilations, self.pads, self.strides = ints(dilations), ints(pads), ints(strides)
+        check_window_attributes("Col2Im", strides=self.strides, dilations=self.dilations, pads=self.pads)
+
+    def forward(self, columns, image_shape, block_shape):
+        if columns.dim() != 3 or image_shape.dim() != 1 or block_shape.dim() != 1:
+            raise ShapeError(f"Col2Im: expected input (N, C * prod(block_shape), L) and 1-D image_shape and "
+                             f"block_shape, got shapes {tuple(columns.shape)}, {tuple(image_shape.shape)}, "
+                             f"{tuple(block_shape.shape)}")
+        image, block = ints(image_shape), ints(block_shape)
+        dims = len(image)
+        if len(block) != dims or min(image + block, default=1) < 1:
+            raise ShapeError(f"Col2Im: image_shape {image} and block_shape {block} must have the same length and "
+                             "positive entries")
+        dilations = self.dilations or [1] * dims
+        pads = self.pads or [0] * (2 * dims)
+        strides = self.strides or [1] * dims
+        n, rows, count = columns.shape
+        taps = math.prod(block)
+        if rows % taps:
+            raise ShapeError(f"Col2Im: input dimension 1 ({rows}) is not a multiple of prod(block_shape) = {taps}")
+        padded = [image[i] + pads[i] + pads[i + dims] for i in range(dims)]
+        # The blocks are the windows of a convolution of the image by the block (the shared window rule).
+        blocks = list(window_geometry(image, block, strides=strides, dilations=dilations, pads=pads,
+                                      op_name="Col2Im").out)
+        if math.prod(blocks) != count:
+            raise ShapeError(f"Col2Im: input has {count} blocks but image_shape {image}, block_shape {block}, pads, "
+                             f"strides and dilations give {math.prod(blocks)}")
+        channels = rows // taps
+        if dims == 2:
+            out = F.fold(columns, padded, block, dilation=dilations, stride=strides)
+        else:
+            cols = columns.reshape(n, channels, *block, *blocks)
+            out = columns.new_zeros((n, channels, *padded))
+            for offset in itertools.product(*[range(k) for k in block]):
+                index = tuple(slice(o * d, o * d + (b - 1) * s + 1, s)
+                              for o, d, b, s in zip(offset, dilations, blocks, strides))
+                out[(slice(None), slice(None)) + index] += cols[(slice(None), slice(None)) + offset]
+        return pad_spatial(out, [(-pads[i], -pads[i + dims]) for i in range(dims)])
+
+
+@register("DeformConv")
+class DeformConv(TorchOp):
+    """ONNX DeformConv (opset 19), N-D: a grouped convolution whose kernel taps sample X at positions moved
+    by ``offset`` (N, offset_group * taps * rank, *out) -- per axis, the tap's offsets in order -- with
+    multilinear interpolation (zero outside X, ONNX's GridSample with align_corners=1), each sample scaled by
+    ``mask`` (N, offset_group * taps, *out; default 1); ``Y = conv + B``. The output's spatial shape is the
+    offset's. The reference framework has no DeformConv; this follows ONNX's reference implementation.
+
+    >>> x = torch.arange(4.0).reshape(1, 1, 2, 2)
+    >>> DeformConv()(x, torch.ones(1, 1, 1, 1), torch.full((1, 2, 2, 2), 0.5)).tolist()   # 1x1 taps moved by half a pixel
+    [[[[1.5, 1.0], [1.25, 0.75]]]]
+    """
+
+    def __init__(self, dilations=None, group: int = 1, kernel_shape=None, offset_group: int = 1, pads=None,
+                 strides=None) -> None:
+        super().__init__()
+        self.dilations, self.kernel_shape = ints(dilations), ints(kernel_shape)
+        self.pads, self.strides = ints(pads), ints(strides)
+        self.group, self.offset_group = int(group), int(offset_group)
+        if self.group < 1 or self.offset_group < 1:
+            raise ShapeError(f"DeformConv: group and offset_group must be positive integers, got {group} and "
+                             f"{offset_group}")
+        check_window_attributes("DeformConv", kernel_shape=self.kernel_shape, strides=self.strides,
+                                dilations=self.dilations, pads=self.pads)
+
+    def forward(self, x, w, offset, b=None, mask=None):
+        rank = x.dim() - 2
+        kernel = list(w.shape[2:])
+        if rank < 1 or w.dim() != x.dim() or offset.dim() != x.dim():
+            raise ShapeError(f"DeformConv: X, W and offset must have the same rank (N, C, spatial...), got "
+                             f"{tuple(x.shape)}, {tuple(w.shape)}, {tuple(offset.shape)}")
+        if self.kernel_shape is not None and self.kernel_shape != kernel:
+            raise ShapeError(f"DeformConv: attribute kernel_shape={self.kernel_shape} disagrees with W's kernel "
+                             f"{kernel}")
+        n, channels = x.shape[:2]
+        out_channels, taps, out = w.shape[0], math.prod(kernel), list(offset.shape[2:])
+        groups, offset_groups = self.group, self.offset_group
+        if channels != w.shape[1] * groups or out_channels % groups or channels % offset_groups:
+            raise ShapeError(f"DeformConv: X {tuple(x.shape)} and W {tuple(w.shape)} do not fit group={groups} "
+                             f"and offset_group={offset_groups} (C = W.shape[1] * group; M and C divisible)")
+        if offset.shape[0] != n or offset.shape[1] != offset_groups * taps * rank:
+            raise ShapeError(f"DeformConv: offset must be (N, offset_group * prod(kernel) * {rank}, ...) = "
+                             f"({n}, {offset_groups * taps * rank}, ...), got {tuple(offset.shape)}")
+        strides = self.strides or [1] * rank
+        dilations = self.dilations or [1] * rank
+        pads = self.pads or [0] * (2 * rank)
+        expected = list(window_geometry(list(x.shape[2:]), kernel, strides=strides, dilations=dilations, pads=pads,
+                                        op_name="DeformConv").out)
+        if expected != out:
+            raise ShapeError(f"DeformConv: the offset's spatial shape {out} is not the convolution's output "
+                             f"{expected} (from X, pads, strides, dilations and the kernel)")
+        if mask is not None and tuple(mask.shape) != (n, offset_groups * taps, *out):
+            raise ShapeError(f"DeformConv: mask must be {(n, offset_groups * taps, *out)}, got {tuple(mask.shape)}")
+        samples = self._sample(x, offset.reshape(n, offset_groups, *kernel, rank, *out).to(x.dtype), kernel,
+                               strides, dilations, pads, out)  # (N, offset_group, C / offset_group, taps, P)
+        if mask is not None:
+            samples = samples * mask.reshape(n, offset_groups, 1, taps, -1).to(x.dtype)
+        columns = samples.reshape(n, groups, channels // groups * taps, -1)
+        weights = w.reshape(groups, out_channels // groups, -1)
+        y = torch.einsum("gmk,ngkp->ngmp", weights, columns).reshape(n, out_channels, *out)
+        if b is not None:
+            y = y + b.reshape(1, -1, *(1,) * rank)
+        return y
+
+    @staticmethod
+    def _sample(x, offset, kernel, strides, dilations, pads, out):
+        """X sampled at every tap of every output position: (N, offset_group, C / offset_group, taps, P)."""
+        n, channels = x.shape[:2]
+        rank, spatial = len(kernel), list(x.shape[2:])
+        offset_groups = offset.shape[1]
+        taps, positions = math.prod(kernel), math.prod(out)
+        coords = []  # per axis: (N, offset_group, taps, P) sampling coordinates in X
+        for a in range(rank):
+            tap = torch.arange(kernel[a], device=x.device) * dilations[a]
+            base = torch.arange(out[a], device=x.device) * strides[a] - pads[a]
+            grid = (tap.reshape([-1 if i == a else 1 for i in range(rank)] + [1] * rank)
+                    + base.reshape([1] * rank + [-1 if i == a else 1 for i in range(rank)]))
+            coords.append((grid.to(x.dtype) + offset.select(2 + rank, a)).reshape(n, offset_groups, taps, positions))
+        flat = x.reshape(n, offset_groups, channels // offset_groups, -1)
+        lows = [torch.floor(c) for c in coords]
+        result = 0
+        for corner in itertools.product((0, 1), repeat=rank):
+            index, weight, inside = 0, 1, True
+            for a, bit in enumerate(corner):
+                at = lows[a] + bit
+                weight = weight * (1 - (coords[a] - at).abs())
+                inside = inside & (at >= 0) & (at <= spatial[a] - 1)
+                index = index * spatial[a] + at.clamp(0, spatial[a] - 1).to(torch.int64)
+            picked = torch.gather(flat, 3, index.reshape(n, offset_groups, 1, -1).expand(-1, -1, flat.shape[2], -1))
+            result = result + picked * (weight * inside).reshape(n, offset_groups, 1, -1)
+        return result.reshape(n, offset_groups, channels // offset_groups, taps, positions)

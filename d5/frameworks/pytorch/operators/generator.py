@@ -1,4 +1,5 @@
-"""Generators as native torch operations: Constant, ConstantOfShape, Range. Their outputs carry no gradient."""
+"""Generators as native torch operations: Constant, ConstantOfShape, Range, EyeLike. Their outputs carry no
+gradient (Range's values are treated as constants, EyeLike's output is locally constant), as in the reference."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,15 +7,28 @@ import torch
 
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
-from d5.frameworks.pytorch.operators._helpers import ints
-from d5.ops.onnx_semantics import tensor_attribute
+from d5.frameworks.pytorch.operators._helpers import ints, torch_dtype
+from d5.network.memory import check_allocation
+from d5.ops.onnx_semantics import range_length, tensor_attribute
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """The NumPy dtype of a torch dtype (for the sizes and messages of :func:`check_allocation`)."""
+    if dtype == torch.bfloat16:
+        import ml_dtypes  # onnx's dependency; NumPy has no bfloat16 of its own
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return torch.empty(0, dtype=dtype).numpy().dtype
 
 
 def _as_tensor(value) -> torch.Tensor:
-    array = np.ascontiguousarray(tensor_attribute(value))
+    # np.array, not np.ascontiguousarray: that makes a 0-d value 1-d (NumPy < 2).
+    array = np.array(tensor_attribute(value), order="C", copy=True)
     if array.dtype == object:
         raise ShapeError("the PyTorch framework has no string tensors; keep string constants out of the graph")
-    return torch.from_numpy(array.copy())
+    if array.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: the same bits as torch's
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 @register("Constant")
@@ -56,19 +70,52 @@ class ConstantOfShape(TorchOp):
         shape = ints(shape)
         if any(d < 0 for d in shape):
             raise ShapeError(f"ConstantOfShape: dimensions must be non-negative, got {shape}")
+        check_allocation("ConstantOfShape output", shape, _numpy_dtype(self.fill.dtype))
         return self.fill.expand(shape).clone()
+
+
+_RANGE_STASH_DTYPES = {1: torch.float32, 11: torch.float64}
 
 
 @register("Range")
 class Range(TorchOp):
+    """``start, start + delta, ...`` up to (excluding) ``limit``, computed as the reference does: in the inputs'
+    own dtype, or in ``stash_type`` (opset 27: 1 = float32, 11 = float64) for float16/bfloat16 inputs."""
+
     def __init__(self, stash_type: int | None = None) -> None:
         super().__init__()
+        if stash_type is not None and int(stash_type) not in _RANGE_STASH_DTYPES:
+            raise ShapeError(f"Range: stash_type must be 1 (FLOAT) or 11 (DOUBLE), got {stash_type}")
+        self.stash_dtype = None if stash_type is None else _RANGE_STASH_DTYPES[int(stash_type)]
 
     def forward(self, start, limit, delta):
+        for value, what in ((start, "start"), (limit, "limit"), (delta, "delta")):
+            if value.numel() != 1:
+                raise ShapeError(f"Range: {what} must be a single value (a scalar or a 1-element tensor), got shape "
+                                 f"{tuple(value.shape)}")
+        start, limit, delta = (v.detach().reshape(()) for v in (start, limit, delta))
         dtype = start.dtype
-        s, l, d = (v.detach().reshape(-1)[0].item() for v in (start, limit, delta))
-        if d == 0:
-            raise ShapeError("Range: delta must not be 0")
-        count = max(int(np.ceil((l - s) / d)), 0)
-        return (s + torch.arange(count, dtype=torch.float64 if dtype.is_floating_point else torch.int64,
-                                 device=start.device) * d).to(dtype)
+        compute = self.stash_dtype if self.stash_dtype is not None and dtype in (torch.float16, torch.bfloat16) \
+            else dtype
+        count = range_length(start.to(compute).item(), limit.item(), delta.to(compute).item())
+        check_allocation("Range output", [count], _numpy_dtype(compute))
+        steps = torch.arange(count, dtype=compute, device=start.device)
+        return (start.to(compute) + steps * delta.to(compute)).to(dtype)
+
+
+@register("EyeLike")
+class EyeLike(TorchOp):
+    """A 2-D matrix shaped like the input with ones on diagonal ``k`` (above the main one for k > 0), of
+    ``dtype`` (default: the input's)."""
+
+    def __init__(self, dtype: int | None = None, k: int = 0) -> None:
+        super().__init__()
+        self.dtype = None if dtype is None else torch_dtype(dtype)
+        self.k = int(k)
+
+    def forward(self, x):
+        if x.dim() != 2:
+            raise ShapeError(f"EyeLike: the input must be 2-D, got shape {tuple(x.shape)}")
+        rows = torch.arange(x.shape[0], device=x.device).unsqueeze(1)
+        columns = torch.arange(x.shape[1], device=x.device)
+        return (columns - rows == self.k).to(x.dtype if self.dtype is None else self.dtype)

@@ -1,9 +1,11 @@
-"""Linear algebra as native torch operations: Gemm, MatMul, Einsum."""
+"""Linear algebra as native torch operations: Gemm, MatMul, Einsum, Det."""
 from __future__ import annotations
 
 import torch
 
+from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
+from d5.frameworks.pytorch.operators.elementwise import SIGNED_OF, as_signed
 from d5.ops.onnx_semantics import as_text
 
 
@@ -35,9 +37,38 @@ class MatMul(TorchOp):
 
 @register("Einsum")
 class Einsum(TorchOp):
+    """ONNX Einsum (``numpy.einsum`` semantics), keeping the operands' dtype: torch sums integers into int64,
+    and has no kernels for uint16/32/64 (those are computed on int64, whose wrap-around truncates to theirs)."""
+
     def __init__(self, equation) -> None:
         super().__init__()
         self.equation = as_text(equation).replace(" ", "")
 
     def forward(self, *inputs):
-        return torch.einsum(self.equation, *inputs)
+        for index, x in enumerate(inputs):
+            if x.dtype == torch.bool or x.is_complex():
+                raise ShapeError(f"Einsum: operand {index} has dtype {x.dtype}; Einsum takes integer tensors and "
+                                 "float16, float32, float64 or bfloat16. Cast it first")
+        dtype = inputs[0].dtype if inputs else None
+        try:
+            if dtype in SIGNED_OF:
+                out = torch.einsum(self.equation, *(as_signed(x).to(torch.int64) for x in inputs))
+                return out.view(dtype) if dtype == torch.uint64 else out.to(dtype)
+            out = torch.einsum(self.equation, *inputs)
+        except RuntimeError as err:
+            raise ShapeError(f"Einsum: equation {self.equation!r} does not fit the operand shapes "
+                             f"{[tuple(x.shape) for x in inputs]}: {str(err).splitlines()[0]}") from None
+        return out if out.dtype == dtype else out.to(dtype)
+
+
+@register("Det")
+class Det(TorchOp):
+    """Determinant of the square matrices in the last two axes (float16/bfloat16 computed in float32)."""
+
+    def forward(self, x):
+        if x.dim() < 2 or x.shape[-1] != x.shape[-2]:
+            raise ShapeError(f"Det: input must be (..., M, M) square matrices, got shape {tuple(x.shape)}")
+        if x.dtype in (torch.float32, torch.float64):
+            return torch.linalg.det(x)
+        compute = torch.float32 if x.is_floating_point() else torch.float64
+        return torch.linalg.det(x.to(compute)).to(x.dtype)

@@ -4,6 +4,7 @@ per-class weights (``mean`` divides by the summed weights of the non-ignored lab
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
@@ -36,21 +37,41 @@ class NegativeLogLikelihoodLoss(TorchOp):
             raise ShapeError(f"{type(self).__name__}: scores must be (N, C) or (N, C, d1, ...), got shape "
                              f"{tuple(log_prob.shape)}")
         labels = labels.long()
+        if weights is None or not weights.requires_grad:
+            # torch's fused nll_loss (what nn.CrossEntropyLoss runs) has ONNX's semantics: per-class weights, the
+            # ignored label, 'mean' dividing by the summed weights of the samples that count.
+            try:
+                return F.nll_loss(log_prob, labels, weight=None if weights is None else weights.to(log_prob.dtype),
+                                  ignore_index=-100 if self.ignore_index is None else self.ignore_index,
+                                  reduction=self.reduction)
+            except (IndexError, RuntimeError):  # checked only on failure: a check every step would cost a sync
+                self._check_labels(log_prob, labels)
+                raise
+        self._check_labels(log_prob, labels)
+        return self._weighted_nll(log_prob, labels, weights)
+
+    def _check_labels(self, log_prob, labels) -> None:
+        """The reference's error for a label outside [0, classes) (other than ignore_index)."""
+        classes = log_prob.shape[1]
+        counted = labels if self.ignore_index is None else labels[labels != self.ignore_index]
+        bad = counted[(counted < 0) | (counted >= classes)]
+        if bad.numel():
+            raise ShapeError(f"{type(self).__name__}: label {int(bad[0])} is out of range for scores of shape "
+                             f"{tuple(log_prob.shape)} ({classes} classes); labels must be in [0, {classes})")
+
+    def _weighted_nll(self, log_prob, labels, weights):
+        """The same, explicitly: differentiable in trainable class weights, which the fused kernel is not."""
         valid = None if self.ignore_index is None else labels != self.ignore_index
         safe = labels if valid is None else torch.where(valid, labels, torch.zeros_like(labels))
         loss = -torch.gather(log_prob, 1, safe.unsqueeze(1)).squeeze(1)
-        sample_weights = None
-        if weights is not None or valid is not None:
-            sample_weights = torch.ones_like(loss) if weights is None else weights.to(loss.dtype)[safe]
-            if valid is not None:
-                sample_weights = torch.where(valid, sample_weights, torch.zeros_like(sample_weights))
-            loss = loss * sample_weights
+        sample_weights = weights.to(loss.dtype)[safe]
+        if valid is not None:
+            sample_weights = torch.where(valid, sample_weights, torch.zeros_like(sample_weights))
+        loss = loss * sample_weights
         if self.reduction == "none":
             return loss
         total = loss.sum()
-        if self.reduction == "mean":
-            total = total / (loss.numel() if sample_weights is None else sample_weights.sum())
-        return total
+        return total / sample_weights.sum() if self.reduction == "mean" else total
 
 
 @register("SoftmaxCrossEntropyLoss")

@@ -1,7 +1,10 @@
 """Normalizations as native torch operations: BatchNormalization (batch statistics in training passes, the
 running statistics updated in place), InstanceNormalization, LayerNormalization, GroupNormalization (opset 18's
-per-group and opset 21's per-channel scale/bias)."""
+per-group and opset 21's per-channel scale/bias), and the transformer-era and older ones: RMSNormalization,
+LpNormalization, LRN, MeanVarianceNormalization."""
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +38,21 @@ class BatchNormalization(TorchOp):
             raise ShapeError(f"BatchNormalization: X must be (N, C, ...), got shape {tuple(x.shape)}")
         if not (self.training or self.training_mode):
             return F.batch_norm(x, mean, var, scale, bias, training=False, eps=self.epsilon)
+        if self.node_output_count is not None and self.node_output_count > 1:
+            return self._with_statistics(x, scale, bias, mean, var)
+        # torch's fused kernel (what nn.BatchNorm2d runs) normalizes by the batch statistics; it is given no
+        # running statistics because it would update them torch's way (unbiased variance, reversed momentum).
+        # The biased batch variance ONNX's update wants is recovered from the kernel's saved 1/sqrt(var + eps).
+        y, batch_mean, inverse_std = torch.native_batch_norm(x, scale, bias, None, None, True, 0.0, self.epsilon)
+        with torch.no_grad():
+            batch_var = inverse_std.pow(-2).sub_(self.epsilon)
+            mean.mul_(self.momentum).add_(batch_mean.to(mean.dtype), alpha=1.0 - self.momentum)
+            var.mul_(self.momentum).add_(batch_var.to(var.dtype), alpha=1.0 - self.momentum)
+        return y
+
+    def _with_statistics(self, x, scale, bias, mean, var):
+        """The 3-output form: the updated statistics are outputs too, differentiable in X (the fused kernel's
+        saved statistics are not), so it is computed explicitly."""
         axes = [0, *range(2, x.dim())]
         batch_mean = x.mean(dim=axes)
         batch_var = x.var(dim=axes, unbiased=False)
@@ -46,9 +64,7 @@ class BatchNormalization(TorchOp):
         with torch.no_grad():
             mean.copy_(new_mean.detach())
             var.copy_(new_var.detach())
-        if self.node_output_count is not None and self.node_output_count > 1:
-            return y, new_mean, new_var
-        return y
+        return y, new_mean, new_var
 
 
 @register("InstanceNormalization")
@@ -114,3 +130,126 @@ class GroupNormalization(TorchOp):
 @register("GroupNormalization", since=18)
 class GroupNormalization18(GroupNormalization):
     per_group = True
+
+
+_STASH_FLOAT64 = 11  # stash_type values: TensorProto float types; 11 (float64) widens the statistics
+_STASH_TYPES = (1, 10, 11, 16)
+
+
+def _float_compute_dtype(*tensors) -> torch.dtype:
+    """float64 when any input is float64, else float32 (narrow floats are cast back afterwards), as the
+    reference's transformer-block normalizations."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def _require_broadcastable(op_name: str, value: torch.Tensor, what: str, shape) -> None:
+    # A scale or bias must broadcast to X without changing X's shape.
+    try:
+        fits = torch.broadcast_shapes(tuple(value.shape), tuple(shape)) == tuple(shape)
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ShapeError(f"{op_name}: {what} of shape {tuple(value.shape)} does not broadcast to the input's shape "
+                         f"{tuple(shape)}")
+
+
+@register("RMSNormalization")
+class RMSNormalization(TorchOp):
+    """``Y = X / sqrt(mean(X^2) + epsilon) * scale`` with the mean over the axes ``axis..rank-1``, computed in
+    float32 (float64 for a float64 input or ``stash_type=11``) and cast back to X's dtype."""
+
+    def __init__(self, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1) -> None:
+        super().__init__()
+        self.axis, self.epsilon = int(axis), float(epsilon)
+        if int(stash_type) not in _STASH_TYPES:
+            raise ShapeError(f"RMSNormalization: stash_type must be a float TensorProto type (1 = float32, "
+                             f"11 = float64, ...), got {stash_type}")
+        self.stash_type = int(stash_type)
+
+    def forward(self, x, scale):
+        if x is None or scale is None:
+            raise ShapeError("RMSNormalization: expected inputs (X, scale)")
+        if not -x.dim() <= self.axis < x.dim():
+            raise ShapeError(f"RMSNormalization: axis={self.axis} is out of range for X of rank {x.dim()}")
+        _require_broadcastable("RMSNormalization", scale, "scale", x.shape)
+        axes = list(range(self.axis % x.dim(), x.dim()))
+        dtype = torch.float64 if self.stash_type == _STASH_FLOAT64 else _float_compute_dtype(x, scale)
+        xc = x.to(dtype)
+        inv_rms = torch.rsqrt((xc * xc).mean(dim=axes, keepdim=True) + self.epsilon)
+        return (xc * inv_rms * scale.to(dtype)).to(x.dtype)
+
+
+@register("LpNormalization")
+class LpNormalization(TorchOp):
+    """``X / ||X||_p`` along ``axis`` (p is 1 or 2); an all-zero slice stays 0 (not 0/0)."""
+
+    def __init__(self, axis: int = -1, p: int = 2) -> None:
+        super().__init__()
+        if int(p) not in (1, 2):
+            raise ShapeError(f"LpNormalization: p must be 1 or 2, got {p}")
+        self.axis, self.p = int(axis), int(p)
+
+    def forward(self, x):
+        axis = normalize_axis("LpNormalization", self.axis, x.dim())
+        # vector_norm's gradient at a zero norm is 0 (not NaN): a zero slice passes its gradient straight through.
+        norm = torch.linalg.vector_norm(x, ord=self.p, dim=axis, keepdim=True)
+        return x / torch.where(norm == 0, torch.ones((), dtype=norm.dtype, device=norm.device), norm)
+
+
+@register("LRN")
+class LRN(TorchOp):
+    """Local response normalization across channels of (N, C, D1, ...): ``Y[c] = X[c] / (bias + alpha / size *
+    sum(X[c']^2))^beta`` over ``c'`` in ``[c - (size - 1) / 2, c + (size - 1) / 2]`` clipped to the channels.
+    ``size`` must be odd, as the reference requires (an even window has no portable centre)."""
+
+    def __init__(self, size: int | None = None, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> None:
+        super().__init__()
+        if size is None or int(size) < 1 or int(size) % 2 == 0:
+            raise ShapeError(f"LRN: the size attribute is required and must be odd and >= 1 (e.g. size=5), got "
+                             f"{size}; an even window has no centre (onnxruntime refuses it, PyTorch and ONNX's "
+                             f"formula centre it differently): use size - 1 or size + 1")
+        self.size = int(size)
+        self.alpha, self.beta, self.bias = float(alpha), float(beta), float(bias)
+        for name, value in (("alpha", self.alpha), ("beta", self.beta), ("bias", self.bias)):
+            if not math.isfinite(value):
+                raise ShapeError(f"LRN: attribute {name!r} must be a finite number, got {value}")
+
+    def forward(self, x):
+        if x.dim() < 2:
+            raise ShapeError(f"LRN: X must be (N, C, ...), got shape {tuple(x.shape)}")
+        xc = x.to(_float_compute_dtype(x))
+        n, channels = x.shape[:2]
+        # A window reaching past every channel sums them all: clip it, so a huge size costs no more.
+        half = min((self.size - 1) // 2, channels - 1)
+        squares = (xc * xc).reshape(n, channels, -1).transpose(1, 2).reshape(-1, 1, channels)
+        ones = torch.ones((1, 1, 2 * half + 1), dtype=xc.dtype, device=xc.device)
+        sums = F.conv1d(F.pad(squares, (half, half)), ones)
+        sums = sums.reshape(n, -1, channels).transpose(1, 2).reshape(xc.shape)
+        denominator = self.bias + (self.alpha / self.size) * sums
+        return (xc * denominator.pow(-self.beta)).to(x.dtype)
+
+
+@register("MeanVarianceNormalization")
+class MeanVarianceNormalization(TorchOp):
+    """``Y = (X - mean) / (std + 1e-9)`` with the mean and biased standard deviation over ``axes`` (default
+    ``[0, 2, 3]``), ONNX's function body: a constant slice normalizes to 0."""
+
+    EPSILON = 1e-9
+
+    def __init__(self, axes=(0, 2, 3)) -> None:
+        super().__init__()
+        self.axes = tuple(int(a) for a in axes)
+
+    def forward(self, x):
+        if not self.axes or any(not -x.dim() <= a < x.dim() for a in self.axes):
+            raise ShapeError(f"MeanVarianceNormalization: axes {list(self.axes)} must be non-empty and lie in "
+                             f"[{-x.dim()}, {x.dim()}) for X of shape {tuple(x.shape)}; set the axes attribute to "
+                             "match X")
+        axes = sorted({a % x.dim() for a in self.axes})
+        xc = x.to(_float_compute_dtype(x))
+        centered = xc - xc.mean(dim=axes, keepdim=True)
+        variance = (centered * centered).mean(dim=axes, keepdim=True)
+        # sqrt's gradient at 0 is infinite: a variance below 1e-30 (whose root is far below the 1e-9 epsilon)
+        # is clamped, so a constant slice gets the reference's finite gradient instead of NaN.
+        std = torch.sqrt(variance.clamp_min(1e-30))
+        return (centered / (std + self.EPSILON)).to(x.dtype)

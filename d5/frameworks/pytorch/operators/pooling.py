@@ -1,5 +1,5 @@
 """Pooling as native torch operations: MaxPool (with its Indices output), AveragePool (count_include_pad),
-GlobalAveragePool, GlobalMaxPool, for 1-D to 3-D windows.
+GlobalAveragePool, GlobalMaxPool, LpPool, for 1-D to 3-D windows, and MaxUnpool (any rank).
 
 ONNX's padding (explicit pads, auto_pad SAME_* with possibly negative pads, ceil_mode overhang) is resolved by
 :func:`d5.ops.onnx_semantics.window_geometry`, the rule every framework shares; the input is then padded
@@ -12,10 +12,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from d5.errors import ShapeError
+from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints, pad_spatial, resolve_pads
-from d5.ops.onnx_semantics import as_text, check_window_attributes
+from d5.ops.onnx_semantics import as_text, check_window_attributes, unpooled_shape
 
 _MAX_POOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
@@ -152,3 +152,92 @@ class GlobalMaxPool(TorchOp):
         if x.dim() < 3:
             raise ShapeError(f"GlobalMaxPool: X must be (N, C, spatial...), got shape {tuple(x.shape)}")
         return x.amax(dim=tuple(range(2, x.dim())), keepdim=True)
+
+
+@register("LpPool")
+class LpPool(TorchOp):
+    """``(sum |x|^p)^(1/p)`` over sliding windows (1-D to 3-D; zero padding, auto_pad, dilations, ceil_mode),
+    computed in float32 (float64 for float64 input) and cast back. Differentiable (the reference is not); a
+    window of zeros gets a zero gradient, not NaN."""
+
+    def __init__(self, kernel_shape=None, p: float = 2, auto_pad="NOTSET", pads=None, strides=None, dilations=None,
+                 ceil_mode: int = 0) -> None:
+        super().__init__()
+        if kernel_shape is None:
+            raise ShapeError("LpPool: the kernel_shape attribute is required")
+        self.kernel_shape = tuple(ints(kernel_shape))
+        self.p, self.auto_pad, self.ceil_mode = float(p), as_text(auto_pad), bool(ceil_mode)
+        self.pads, self.strides, self.dilations = ints(pads), ints(strides), ints(dilations)
+        check_window_attributes("LpPool", auto_pad=self.auto_pad, kernel_shape=self.kernel_shape,
+                                strides=self.strides, dilations=self.dilations, pads=self.pads)
+
+    def forward(self, x):
+        rank = len(self.kernel_shape)
+        if x.dim() != rank + 2:
+            raise ShapeError(f"LpPool: X must have N, C and {rank} spatial axes (from kernel_shape), got shape "
+                             f"{tuple(x.shape)}")
+        if rank not in _CONV:
+            raise UnsupportedOperatorError(f"LpPool: the PyTorch framework pools 1 to 3 spatial axes, got {rank}")
+        _, strides, dilations, sides = resolve_pads("LpPool", tuple(x.shape[2:]), self.kernel_shape, self.strides,
+                                                    self.dilations, self.pads, self.auto_pad,
+                                                    ceil_mode=self.ceil_mode)
+        xc = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+        # Padding (and a ceil_mode overhang) reads zeros, which add nothing to the sums.
+        powered = pad_spatial(xc.abs().pow(self.p), sides, value=0.0)
+        n, c = x.shape[:2]
+        ones = torch.ones((1, 1, *self.kernel_shape), dtype=xc.dtype, device=xc.device)
+        sums = _CONV[rank](powered.reshape(n * c, 1, *powered.shape[2:]), ones, stride=strides, dilation=dilations)
+        sums = sums.reshape(n, c, *sums.shape[2:])
+        positive = sums > 0
+        root = torch.where(positive, sums, torch.ones_like(sums)).pow(1.0 / self.p)
+        return torch.where(positive, root, torch.zeros_like(root)).to(x.dtype)
+
+
+@register("MaxUnpool")
+class MaxUnpool(TorchOp):
+    """Scatter X (N, C, D1, ...) into zeros at the flat indices ``I`` (MaxPool's second output: positions in the
+    whole unpooled tensor, whose spatial size is ``(in - 1) * stride - pad_begin - pad_end + kernel``). With
+    ``output_shape`` (at least that size) the unpooled tensor sits in its leading corner, the rest zero, as
+    the reference and ONNX's tests read it. When an index repeats, the last X element wins."""
+
+    def __init__(self, kernel_shape=None, pads=None, strides=None) -> None:
+        super().__init__()
+        if not kernel_shape:
+            raise ShapeError("MaxUnpool: the kernel_shape attribute is required (e.g. kernel_shape=[2, 2])")
+        self.kernel_shape = tuple(ints(kernel_shape))
+        rank = len(self.kernel_shape)
+        self.pads = tuple(ints(pads)) if pads else (0,) * (2 * rank)
+        self.strides = tuple(ints(strides)) if strides else (1,) * rank
+        check_window_attributes("MaxUnpool", kernel_shape=self.kernel_shape, strides=self.strides, pads=self.pads)
+        if len(self.pads) != 2 * rank or len(self.strides) != rank:
+            raise ShapeError(f"MaxUnpool: kernel_shape {list(self.kernel_shape)} needs {2 * rank} pads and {rank} "
+                             f"strides, got pads {list(self.pads)} and strides {list(self.strides)}")
+
+    def forward(self, x, indices, output_shape=None):
+        rank = len(self.kernel_shape)
+        if x.dim() != rank + 2 or tuple(indices.shape) != tuple(x.shape):
+            raise ShapeError(f"MaxUnpool: X must be (N, C) plus {rank} spatial axes (kernel_shape "
+                             f"{list(self.kernel_shape)}) and I of X's shape; got X {tuple(x.shape)}, I "
+                             f"{tuple(indices.shape)}")
+        if indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
+            raise ShapeError(f"MaxUnpool: I must hold integer (int64) indices, got dtype {indices.dtype}")
+        inferred = unpooled_shape("MaxUnpool", tuple(x.shape), self.kernel_shape, self.strides, self.pads)
+        shape = inferred
+        if output_shape is not None:
+            shape = tuple(ints(output_shape))
+            if len(shape) != x.dim() or shape[:2] != inferred[:2] or any(o < i for o, i in zip(shape, inferred)):
+                raise ShapeError(f"MaxUnpool: output_shape {list(shape)} must have X's rank, N and C, and be at "
+                                 f"least the unpooled shape {list(inferred)} on every axis")
+        flat = indices.reshape(-1).to(torch.int64)
+        total = math.prod(inferred)
+        if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= total):
+            raise ShapeError(f"MaxUnpool: indices must lie in [0, {total}) (flat positions in the unpooled shape "
+                             f"{list(inferred)}), got values in [{int(flat.min())}, {int(flat.max())}]")
+        # The last writer of each position, deterministically (a scatter of repeated indices is not).
+        order = torch.arange(flat.numel(), device=flat.device)
+        last = torch.full((total,), -1, dtype=torch.int64, device=flat.device).scatter_reduce(
+            0, flat, order, reduce="amax")
+        values = x.reshape(-1)[last.clamp(min=0)]
+        unpooled = torch.where(last >= 0, values, torch.zeros((), dtype=x.dtype, device=x.device))
+        unpooled = unpooled.reshape(inferred)
+        return pad_spatial(unpooled, [(0, o - i) for o, i in zip(shape[2:], inferred[2:])])

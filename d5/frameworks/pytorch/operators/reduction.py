@@ -1,12 +1,18 @@
 """Reductions as native torch operations: ReduceSum/Mean/Max/Min/Prod/L1/L2/SumSquare/LogSum/LogSumExp and
-ArgMax/ArgMin, plus CumSum. Axes come from the ``axes`` attribute (before opsets 13/18) or the second input
-(after); with none, all axes are reduced unless ``noop_with_empty_axes`` (then the input passes unchanged)."""
+ArgMax/ArgMin, plus the scans CumSum and CumProd. Axes come from the ``axes`` attribute (before opsets 13/18) or
+the second input (after); with none, all axes are reduced unless ``noop_with_empty_axes`` (then the input passes
+unchanged). Reducing an empty set gives the reduction's identity (-inf/+inf for max/min of floats, the integer
+extremes for integers, False/True for bools)."""
 from __future__ import annotations
+
+import math
 
 import torch
 
+from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
-from d5.frameworks.pytorch.operators._helpers import ints, scalar
+from d5.frameworks.pytorch.operators._helpers import ints
+from d5.frameworks.pytorch.operators.elementwise import SIGNED_OF, as_signed, from_order_key, order_key
 from d5.ops.onnx_semantics import normalize_axis
 
 
@@ -49,8 +55,30 @@ def _prod(x, axes):
 ReduceSum = _reduction("ReduceSum", lambda x, a: torch.sum(x, dim=a, keepdim=True))
 ReduceMean = _reduction("ReduceMean", lambda x, a: torch.mean(x, dim=a, keepdim=True) if x.is_floating_point()
                         else torch.sum(x, dim=a, keepdim=True) // max(1, _count(x, a)))
-ReduceMax = _reduction("ReduceMax", lambda x, a: torch.amax(x, dim=a, keepdim=True))
-ReduceMin = _reduction("ReduceMin", lambda x, a: torch.amin(x, dim=a, keepdim=True))
+
+
+def _extremum(op_type: str, reduce, largest: bool) -> type:
+    def apply(x, axes):
+        if x.numel() == 0 and any(x.shape[a] == 0 for a in axes):  # an empty set: the identity of the reduction
+            shape = [1 if i in axes else d for i, d in enumerate(x.shape)]
+            return torch.full(shape, _empty_extremum(x.dtype, largest), dtype=x.dtype, device=x.device)
+        if x.dtype in SIGNED_OF:  # torch has no amax/amin kernel for uint16/32/64: reduce the order keys
+            return from_order_key(reduce(order_key(x), dim=axes, keepdim=True), x.dtype)
+        return reduce(x, dim=axes, keepdim=True)
+    return _reduction(op_type, apply)
+
+
+def _empty_extremum(dtype: torch.dtype, largest: bool):
+    if dtype.is_floating_point:
+        return -math.inf if largest else math.inf
+    if dtype == torch.bool:
+        return not largest  # max of nothing is False, min of nothing True
+    info = torch.iinfo(dtype)
+    return info.min if largest else info.max
+
+
+ReduceMax = _extremum("ReduceMax", torch.amax, largest=True)
+ReduceMin = _extremum("ReduceMin", torch.amin, largest=False)
 ReduceProd = _reduction("ReduceProd", _prod)
 ReduceL1 = _reduction("ReduceL1", lambda x, a: torch.sum(torch.abs(x), dim=a, keepdim=True))
 ReduceL2 = _reduction("ReduceL2", lambda x, a: torch.sqrt(torch.sum(x * x, dim=a, keepdim=True)))
@@ -95,16 +123,63 @@ class ArgMin(_ArgExtremum):
     largest = False
 
 
-@register("CumSum")
-class CumSum(TorchOp):
+def _scan_axis(op_type: str, x: torch.Tensor, axis) -> int:
+    if axis is None:
+        raise ShapeError(f"{op_type}: the axis input (a scalar) is required")
+    if x.dim() < 1:
+        raise ShapeError(f"{op_type}: x must have at least 1 dimension, got shape {tuple(x.shape)}")
+    values = ints(axis)
+    if len(values) != 1:
+        raise ShapeError(f"{op_type}: axis (input 1) must be a single value (a scalar or a 1-element tensor), "
+                         f"got shape {tuple(axis.shape)}")
+    return normalize_axis(op_type, values[0], x.dim())
+
+
+class _Scan(TorchOp):
+    """A cumulative ``scan`` along the axis given as the second input, in the input's dtype (torch would
+    widen integers to int64); ``exclusive`` shifts by one element starting from ``identity``, ``reverse`` scans
+    from the end. Differentiable (torch's gradient of the scan)."""
+
+    scan = staticmethod(torch.cumsum)
+    identity = 0
+
     def __init__(self, exclusive: int = 0, reverse: int = 0) -> None:
         super().__init__()
         self.exclusive, self.reverse = bool(exclusive), bool(reverse)
 
-    def forward(self, x, axis):
-        axis = normalize_axis("CumSum", scalar(axis, int), x.dim())
+    def forward(self, x, axis=None):
+        axis = _scan_axis(type(self).__name__, x, axis)
+        if x.dtype in SIGNED_OF:  # uint16/32/64: the same modular sums and products on the signed view
+            return self._scan(as_signed(x), axis).view(x.dtype)
+        return self._scan(x, axis)
+
+    def _scan(self, x, axis: int):
         y = x.flip(axis) if self.reverse else x
-        out = torch.cumsum(y, dim=axis)
         if self.exclusive:
-            out = out - y
+            # op(x[:i]) at position i: the scan of all but the last element behind the identity. Not
+            # ``cumsum - x``, which rounds differently and turns inf into NaN.
+            n = y.shape[axis]
+            head = torch.full([1 if i == axis else d for i, d in enumerate(y.shape)], self.identity, dtype=y.dtype,
+                              device=y.device)
+            out = torch.cat([head, type(self).scan(y.narrow(axis, 0, max(n - 1, 0)), dim=axis, dtype=y.dtype)],
+                            dim=axis) if n else y.clone()
+        else:
+            out = type(self).scan(y, dim=axis, dtype=y.dtype)
         return out.flip(axis) if self.reverse else out
+
+
+@register("CumSum")
+class CumSum(_Scan):
+    """Cumulative sum along the axis given as the second input; ``exclusive`` / ``reverse`` as in ONNX."""
+
+    scan = staticmethod(torch.cumsum)
+    identity = 0
+
+
+@register("CumProd")
+class CumProd(_Scan):
+    """Cumulative product along the axis given as the second input; ``exclusive`` / ``reverse`` as in ONNX.
+    Differentiable here (torch's gradient), where the reference has no gradient."""
+
+    scan = staticmethod(torch.cumprod)
+    identity = 1

@@ -1,6 +1,7 @@
 """Shape operators as native torch operations: Identity, Flatten, Reshape, Transpose, Concat, Split, Slice,
-Pad, Squeeze, Unsqueeze, Expand, Tile, Shape, Size. Shape-like inputs arrive as int64 tensors and are read
-with ``.tolist()`` (they are constants of the graph, not differentiated)."""
+Pad, Squeeze, Unsqueeze, Expand, Tile, Shape, Size, SpaceToDepth, DepthToSpace, ReverseSequence. Shape-like
+inputs arrive as int64 tensors and are read with ``.tolist()`` (they are constants of the graph, not
+differentiated)."""
 from __future__ import annotations
 
 import math
@@ -12,7 +13,8 @@ import torch.nn.functional as F
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints
-from d5.ops.onnx_semantics import as_text, normalize_axis, reshape_target, slice_bounds, split_lengths
+from d5.ops.onnx_semantics import (as_text, block_attributes, normalize_axis, reshape_target, slice_bounds,
+                                   split_lengths)
 # ONNX Reshape's target rule (0 copies, -1 inferred, allowzero) is framework-neutral; the reference keeps it.
 
 
@@ -143,10 +145,12 @@ class Pad(TorchOp):
             flat = [p for pair in reversed(widths) for p in pair]
             if constant_value is None or constant_value.numel() == 0:
                 return F.pad(x, flat, mode="constant", value=self.value)
-            # The value as a tensor times the padded region's indicator, so it gets its gradient (the
-            # reference's: the sum of the output gradient over the padding).
-            region = F.pad(torch.zeros_like(x, requires_grad=False), flat, mode="constant", value=1.0)
-            return F.pad(x, flat, mode="constant", value=0.0) + region * constant_value.reshape(()).to(x.dtype)
+            # The value as a tensor selected over the padded region, so it gets its gradient (the reference's:
+            # the sum of the output gradient over the padding). Selected, not multiplied by an indicator:
+            # 0 * -inf would be NaN where the value is infinite (attention masks pad with -inf).
+            region = F.pad(torch.zeros(x.shape, dtype=torch.uint8, device=x.device), flat, mode="constant", value=1)
+            value = constant_value.reshape(()).to(x.dtype)
+            return torch.where(region.bool(), value, F.pad(x, flat, mode="constant", value=0))
         # Crop first (negative pads), then pad the non-constant modes axis by axis (torch's reflect/replicate
         # pad only trailing spatial axes of batched inputs, so each axis is moved last in turn).
         for axis, (begin, end) in enumerate(widths):
@@ -232,3 +236,83 @@ class Shape(TorchOp):
 class Size(TorchOp):
     def forward(self, x):
         return torch.tensor(x.numel(), dtype=torch.int64, device=x.device)
+
+
+def _rank4(op_type: str, x: torch.Tensor) -> None:
+    if x.dim() != 4:
+        raise ShapeError(f"{op_type}: input must be a 4-D tensor, got shape {tuple(x.shape)}")
+
+
+@register("SpaceToDepth")
+class SpaceToDepth(TorchOp):
+    """Move ``blocksize`` x ``blocksize`` spatial blocks into channels: (N, C, H, W) -> (N, C*b*b, H/b, W/b);
+    ``mode`` DCR (default) puts the block offset before the channel in the output channel index, CRD after."""
+
+    def __init__(self, blocksize: int | None = None, mode="DCR") -> None:
+        super().__init__()
+        self.blocksize, self.mode = block_attributes("SpaceToDepth", blocksize, mode)
+        # Axes of the (n, c, h/b, b, w/b, b) view in output order.
+        self.perm = (0, 3, 5, 1, 2, 4) if self.mode == "DCR" else (0, 1, 3, 5, 2, 4)
+
+    def forward(self, x):
+        _rank4("SpaceToDepth", x)
+        n, c, h, w = x.shape
+        b = self.blocksize
+        if h % b or w % b:
+            raise ShapeError(f"SpaceToDepth: spatial size {h}x{w} is not divisible by blocksize {b}")
+        blocks = x.reshape(n, c, h // b, b, w // b, b).permute(self.perm)
+        return blocks.reshape(n, c * b * b, h // b, w // b)
+
+
+@register("DepthToSpace")
+class DepthToSpace(TorchOp):
+    """Move channels into ``blocksize`` x ``blocksize`` spatial blocks: (N, C, H, W) -> (N, C/(b*b), H*b, W*b);
+    ``mode`` DCR (default: depth, column, row) or CRD."""
+
+    def __init__(self, blocksize: int | None = None, mode="DCR") -> None:
+        super().__init__()
+        self.blocksize, self.mode = block_attributes("DepthToSpace", blocksize, mode)
+
+    def forward(self, x):
+        _rank4("DepthToSpace", x)
+        n, c, h, w = x.shape
+        b = self.blocksize
+        if c % (b * b):
+            raise ShapeError(f"DepthToSpace: {c} channels are not divisible by blocksize^2 = {b * b}")
+        if self.mode == "DCR":
+            blocks = x.reshape(n, b, b, c // (b * b), h, w).permute(0, 3, 4, 1, 5, 2)
+        else:
+            blocks = x.reshape(n, c // (b * b), b, b, h, w).permute(0, 1, 4, 2, 5, 3)
+        return blocks.reshape(n, c // (b * b), h * b, w * b)
+
+
+@register("ReverseSequence")
+class ReverseSequence(TorchOp):
+    """Reverse the first ``sequence_lens[b]`` steps along ``time_axis`` of every batch entry ``b`` (one gather,
+    so torch differentiates it; the reference has no gradient)."""
+
+    def __init__(self, batch_axis: int = 1, time_axis: int = 0) -> None:
+        super().__init__()
+        self.batch_axis, self.time_axis = int(batch_axis), int(time_axis)
+        if {self.batch_axis, self.time_axis} != {0, 1}:
+            raise ShapeError(f"ReverseSequence: batch_axis and time_axis must be 0 and 1 (either way round), got "
+                             f"{self.batch_axis} and {self.time_axis}")
+
+    def forward(self, x, lengths):
+        if x.dim() < 2:
+            raise ShapeError(f"ReverseSequence: input must have at least 2 dimensions, got shape {tuple(x.shape)}")
+        batch, steps = x.shape[self.batch_axis], x.shape[self.time_axis]
+        if tuple(lengths.shape) != (batch,) or lengths.is_floating_point() or lengths.dtype == torch.bool:
+            raise ShapeError(f"ReverseSequence: sequence_lens must be an integer tensor of shape ({batch},) (one "
+                             f"length per batch entry), got {lengths.dtype} of shape {tuple(lengths.shape)}")
+        lengths = lengths.to(torch.int64)
+        if batch and bool(((lengths < 0) | (lengths > steps)).any()):
+            raise ShapeError(f"ReverseSequence: sequence_lens must lie in [0, {steps}] (the time axis' length), got "
+                             f"{lengths.tolist()}")
+        time = torch.arange(steps, device=x.device)
+        # source[b, t] = length_b - 1 - t for t < length_b, else t (time-major when time_axis is 0).
+        source = torch.where(time < lengths[:, None], lengths[:, None] - 1 - time, time)
+        if self.time_axis == 0:
+            source = source.t()
+        index = source.reshape(source.shape + (1,) * (x.dim() - 2)).expand(x.shape)
+        return torch.gather(x, self.time_axis, index)

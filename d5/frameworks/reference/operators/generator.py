@@ -10,7 +10,6 @@ array([1, 3, 5])
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -19,7 +18,7 @@ from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import int_list, onnx_dtype, scalar_input
 from d5.network.memory import check_allocation
-from d5.ops.onnx_semantics import as_text, tensor_attribute
+from d5.ops.onnx_semantics import as_text, range_length, tensor_attribute
 from d5.ops.operator import Gradient
 
 
@@ -110,15 +109,10 @@ class Range(ReferenceOp):
         for value, what in zip(inputs[:3], ("start", "limit", "delta")):
             scalar_input("Range", value, what, float)  # each must be one number
         start, limit, delta = (np.asarray(v).reshape(()) for v in inputs[:3])
-        if delta == 0:
-            raise ShapeError("Range: delta must not be 0")
         dtype = start.dtype
         compute = self.stash_dtype if self.stash_dtype is not None and dtype.name in ("float16", "bfloat16") else dtype
         start, delta = start.astype(compute), delta.astype(compute)
-        steps = (float(limit) - float(start)) / float(delta)
-        if not math.isfinite(steps):
-            raise ShapeError(f"Range: start {start}, limit {limit} and delta {delta} give no finite number of elements")
-        count = max(int(math.ceil(steps)), 0)
+        count = range_length(start, limit, delta)
         check_allocation("Range output", [count], compute)
         return (start + np.arange(count, dtype=compute) * delta).astype(dtype, copy=False)
 

@@ -27,7 +27,8 @@ import numpy as np
 from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import optional_array, require_rank, scalar_input
-from d5.ops.onnx_semantics import as_text, int_tuple
+from d5.ops.onnx_semantics import (as_text, cubic_kernel, int_tuple, normalized_grid_positions, resize_plan,
+                                   resize_taps)
 from d5.ops.operator import Gradient
 
 
@@ -45,14 +46,6 @@ def _apply_along(matrix: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------------- Resize
 
-def _cubic_kernel(distance: np.ndarray, a: float) -> np.ndarray:
-    """Keys' cubic convolution kernel with parameter ``a`` at ``|distance|``."""
-    d = np.abs(distance)
-    near = ((a + 2) * d - (a + 3)) * d * d + 1
-    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
-    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
-
-
 @register("Resize", since=13)  # opsets 10-12: Resize11
 class Resize(ReferenceOp):
     """Resize ``X`` by ``scales`` or to ``sizes`` (inputs: X, roi, scales, sizes; opset 10: X, scales).
@@ -60,6 +53,9 @@ class Resize(ReferenceOp):
     >>> Resize(mode="linear").forward([np.array([[0., 4.]]), None, np.array([1., 2.])])
     array([[0., 1., 3., 4.]])
     """
+
+    #: Opsets 10-12 (Resize11) also accept coordinate_transformation_mode 'tf_half_pixel_for_nn'.
+    legacy_modes = False
 
     def __init__(self, mode: str = "nearest", coordinate_transformation_mode: str = "half_pixel",
                  nearest_mode: str = "round_prefer_floor", cubic_coeff_a: float = -0.75, exclude_outside: int = 0,
@@ -78,137 +74,27 @@ class Resize(ReferenceOp):
         self.axes = int_tuple(axes)
         self.policy = as_text(keep_aspect_ratio_policy)
 
-    # -- geometry
+    # -- geometry (the rules are d5.ops.onnx_semantics.resize_plan / resize_taps)
     def _plan(self, inputs) -> list[tuple[int, float, int, tuple[float, float] | None]]:
         """(axis, scale, output length, roi) for every axis that changes."""
         x = require_rank("Resize", inputs[0], "X", at_least=1)
-        ndim = x.ndim
-        if self.axes is not None and not all(-ndim <= a < ndim for a in self.axes):
-            raise ShapeError(f"Resize: axes {self.axes} out of range for X of rank {ndim}; use axes in [{-ndim}, {ndim})")
         if len(inputs) == 2:  # opset 10: (X, scales), asymmetric coordinates
             roi, scales, sizes = None, optional_array(inputs, 1), None
         else:
             roi, scales, sizes = (optional_array(inputs, i) for i in (1, 2, 3))
-        axes = list(range(ndim)) if self.axes is None else [a % ndim for a in self.axes]
-        if scales is None and sizes is None:
-            raise ShapeError("Resize: give either scales or sizes")
-        if sizes is not None:
-            sizes = [int(s) for s in sizes.reshape(-1)]
-            if len(sizes) != len(axes):
-                raise ShapeError(f"Resize: {len(sizes)} sizes for {len(axes)} axes")
-            if min(sizes, default=0) < 0:
-                raise ShapeError(f"Resize: sizes must not be negative, got {sizes}")
-            scale_of = {a: s / x.shape[a] for a, s in zip(axes, sizes)}
-            if self.policy != "stretch":
-                pick = min if self.policy == "not_larger" else max
-                common = pick(scale_of.values())
-                scale_of = dict.fromkeys(axes, common)
-                length_of = {a: int(common * x.shape[a] + 0.5) for a in axes}
-            else:
-                length_of = dict(zip(axes, sizes))
-        else:
-            scales = [float(s) for s in scales.reshape(-1)]
-            if len(scales) != len(axes):
-                raise ShapeError(f"Resize: {len(scales)} scales for {len(axes)} axes")
-            scale_of = dict(zip(axes, scales))
-            length_of = {a: int(s * x.shape[a]) for a, s in scale_of.items()}
-        roi_of: dict[int, tuple[float, float]] = {}
-        if roi is not None and self.coordinate_mode == "tf_crop_and_resize":
-            roi = roi.reshape(-1).astype(np.float64)
-            count = len(axes)
-            if roi.size != 2 * count:
-                raise ShapeError(f"Resize: roi must hold 2 values per resized axis (starts, then ends): {2 * count} "
-                                 f"for {count} axes, got {roi.size}")
-            roi_of = {a: (roi[i], roi[count + i]) for i, a in enumerate(axes)}
-        plan = []
-        for axis in axes:
-            scale, length, window = scale_of[axis], length_of[axis], roi_of.get(axis)
-            identity = np.isclose(scale, 1.0) and length == x.shape[axis] and (
-                window is None or (np.isclose(window[0], 0.0) and np.isclose(window[1], 1.0)))
-            if not identity:
-                plan.append((axis, scale, length, window))
-        return plan
-
-    def _source_coordinates(self, out_len: int, in_len: int, scale: float, window, opset10: bool):
-        y = np.arange(out_len, dtype=np.float64)
-        mode = "asymmetric" if opset10 else self.coordinate_mode
-        # ONNX's reference computes the "resized length" as scale * input length, a float; matching it
-        # matters for align_corners / half_pixel_symmetric with scales that do not divide evenly.
-        resized = scale * in_len
-        outside = None
-        if mode == "align_corners":
-            x = np.zeros(out_len) if resized == 1 else y * (in_len - 1) / (resized - 1)
-        elif mode == "asymmetric":
-            x = y / scale
-        elif mode == "pytorch_half_pixel":
-            x = np.full(out_len, -0.5) if resized == 1 else (y + 0.5) / scale - 0.5
-        elif mode == "half_pixel":
-            x = (y + 0.5) / scale - 0.5
-        elif mode == "half_pixel_symmetric":
-            offset = in_len / 2 * (1 - out_len / resized)
-            x = offset + (y + 0.5) / scale - 0.5
-        elif mode == "tf_crop_and_resize":
-            start, end = window if window is not None else (0.0, 1.0)
-            if resized == 1:
-                x = np.full(out_len, (end - start) * (in_len - 1) / 2)
-            else:
-                x = y * (end - start) * (in_len - 1) / (resized - 1)
-            x = x + start * (in_len - 1)
-            outside = (x < 0) | (x > in_len - 1)
-        else:
-            raise ShapeError(f"Resize: unknown coordinate_transformation_mode {mode!r}")
-        return x, outside
-
-    def _taps(self, ratio: np.ndarray, exact: np.ndarray, scale: float) -> tuple[np.ndarray, int]:
-        """Weights (out_len x n) of the n input points around each source coordinate, left to right."""
-        if self.mode == "nearest":
-            mode = self.nearest_mode
-            if mode == "round_prefer_floor":
-                right = ratio > 0.5
-            elif mode == "round_prefer_ceil":
-                right = ratio >= 0.5
-            elif mode == "floor":
-                right = np.zeros_like(ratio, dtype=bool)
-            elif mode == "ceil":
-                right = np.ones_like(ratio, dtype=bool)
-            else:
-                raise ShapeError(f"Resize: unknown nearest_mode {mode!r}")
-            right = right | exact  # an exact source coordinate is its own nearest point (the right tap)
-            return np.stack([~right, right], axis=1).astype(np.float64), 2
-        # Antialiasing stretches the kernel by 1/scale when downsampling (scale < 1).
-        stretch = min(scale, 1.0) if self.antialias else 1.0
-        support = 1 if self.mode == "linear" else 2
-        first = int(np.floor(-support / stretch) + 1) if self.antialias else 1 - support
-        offsets = np.arange(first, 2 - first)  # positions of the taps relative to floor(x)
-        distance = (offsets[None, :] - ratio[:, None]) * stretch
-        if self.mode == "linear":
-            weights = np.clip(1 - np.abs(distance), 0, 1)
-        else:
-            weights = _cubic_kernel(distance, self.cubic_a)
-        if self.antialias:
-            weights = weights / weights.sum(axis=1, keepdims=True)
-        return weights, len(offsets)
+        return resize_plan("Resize", x.shape, roi, scales, sizes, self.axes, self.policy, self.coordinate_mode)
 
     def _matrix(self, in_len: int, out_len: int, scale: float, window, opset10: bool):
         """The interpolation matrix of one axis and the mask of output positions set to extrapolation_value."""
-        x, outside = self._source_coordinates(out_len, in_len, scale, window, opset10)
-        base = np.floor(x)
-        exact = x == base
-        # At an exact integer the reference takes the window to its left with ratio 1 (same point, same value).
-        ratio = np.where(exact, 1.0, x - base)
-        base = np.where(exact, base - 1, base).astype(np.int64)
-        weights, taps = self._taps(ratio, exact, scale)
-        index = base[:, None] + np.arange(taps)[None, :] - (taps // 2 - 1)
-        if self.exclude_outside:
-            weights = np.where((index < 0) | (index >= in_len), 0.0, weights)
-            total = weights.sum(axis=1, keepdims=True)
-            weights = weights / np.where(total == 0, 1.0, total)
+        index, weights, outside = resize_taps(
+            "Resize", in_len=in_len, out_len=out_len, scale=scale, window=window, mode=self.mode,
+            coordinate_mode="asymmetric" if opset10 else self.coordinate_mode, nearest_mode=self.nearest_mode,
+            cubic_a=self.cubic_a, exclude_outside=self.exclude_outside, antialias=self.antialias,
+            legacy=self.legacy_modes)
         matrix = np.zeros((out_len, in_len))
-        rows = np.repeat(np.arange(out_len), taps)
+        rows = np.repeat(np.arange(out_len), index.shape[1])
         # Indices past the edges read the edge value (edge padding), so their weight lands on the edge.
-        np.add.at(matrix, (rows, np.clip(index, 0, in_len - 1).reshape(-1)), weights.reshape(-1))
-        if outside is not None:
-            matrix[outside] = 0.0
+        np.add.at(matrix, (rows, index.reshape(-1)), weights.reshape(-1))
         return matrix, outside
 
     def forward(self, inputs):
@@ -278,7 +164,7 @@ class GridSample(ReferenceOp):
         base = base.astype(np.int64)
         if self.mode == "linear":
             return [(base, 1 - t), (base + 1, t)]
-        return [(base + k, _cubic_kernel(t - k, -0.75)) for k in (-1, 0, 1, 2)]
+        return [(base + k, cubic_kernel(t - k, -0.75)) for k in (-1, 0, 1, 2)]
 
     def forward(self, inputs):
         x = require_rank("GridSample", inputs[0], "X (N, C, *spatial)", at_least=3)
@@ -320,14 +206,6 @@ class GridSample(ReferenceOp):
 
 # -------------------------------------------------------------------------------------------- AffineGrid
 
-def _normalized_positions(size: int, align_corners: bool) -> np.ndarray:
-    """The normalized coordinates of ``size`` pixels along one axis: their centres in (-1, 1), or evenly from
-    -1 to 1 with ``align_corners`` (a single pixel sits at 0 then, as in PyTorch)."""
-    if align_corners:
-        return np.linspace(-1.0, 1.0, size) if size > 1 else np.zeros(size)
-    return (2.0 * np.arange(size) + 1.0) / size - 1.0
-
-
 @register("AffineGrid")
 class AffineGrid(ReferenceOp):
     """The GridSample grid of the affine maps ``theta``: (N, 2, 3) -> (N, H, W, 2) for ``size`` (N, C, H, W),
@@ -355,7 +233,7 @@ class AffineGrid(ReferenceOp):
             raise ShapeError(f"AffineGrid: size must be (N, C, H, W) or (N, C, D, H, W) with theta of shape (N, 2, 3) "
                              f"or (N, 3, 4) respectively; got size {size} and theta of shape {theta.shape}")
         spatial = tuple(size[2:])
-        mesh = np.meshgrid(*(_normalized_positions(n, self.align_corners) for n in spatial), indexing="ij")
+        mesh = np.meshgrid(*(normalized_grid_positions(n, self.align_corners) for n in spatial), indexing="ij")
         # The last coordinate axis is (x, y[, z]): the spatial axes in reverse order.
         columns = [axis.reshape(-1) for axis in reversed(mesh)] + [np.ones(mesh[0].size)]
         return theta, np.stack(columns, axis=1), spatial
@@ -674,7 +552,4 @@ class Resize11(Resize):
     array([[1., 3.]])
     """
 
-    def _source_coordinates(self, out_len: int, in_len: int, scale: float, window, opset10: bool):
-        if not opset10 and self.coordinate_mode == "tf_half_pixel_for_nn":
-            return (np.arange(out_len, dtype=np.float64) + 0.5) / scale, None
-        return super()._source_coordinates(out_len, in_len, scale, window, opset10)
+    legacy_modes = True

@@ -24,7 +24,7 @@ from d5.frameworks.reference.operators import _windows
 from d5.frameworks.reference.operators._checks import optional_array, require_rank
 from d5.frameworks.reference.operators._windows import (WindowND, crop_input, resolve_window, uncrop_gradient,
                                                         uncrop_indices)
-from d5.ops.onnx_semantics import as_text, check_window_attributes, int_tuple, window_geometry
+from d5.ops.onnx_semantics import as_text, check_window_attributes, int_tuple, unpooled_shape, window_geometry
 from d5.ops.operator import Gradient
 
 
@@ -356,11 +356,7 @@ class MaxUnpool(ReferenceOp):
                              f"{list(self.kernel_shape)}) and I of X's shape; got X {x.shape}, I {indices.shape}")
         if not np.issubdtype(indices.dtype, np.integer):
             raise ShapeError(f"MaxUnpool: I must hold integer (int64) indices, got dtype {indices.dtype}")
-        inferred = x.shape[:2] + tuple(
-            (n - 1) * s - self.pads[i] - self.pads[i + rank] + k
-            for i, (n, s, k) in enumerate(zip(x.shape[2:], self.strides, self.kernel_shape)))
-        if min(inferred[2:], default=1) < 1:
-            raise ShapeError(f"MaxUnpool: the unpooled shape {inferred} is empty; check kernel_shape, strides, pads")
+        inferred = unpooled_shape("MaxUnpool", x.shape, self.kernel_shape, self.strides, self.pads)
         shape = inferred
         requested = optional_array(inputs, 2)
         if requested is not None:

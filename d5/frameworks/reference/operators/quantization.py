@@ -24,7 +24,7 @@ import numpy as np
 
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.reference.operators import ReferenceOp, register
-from d5.ops.onnx_semantics import as_text, check_window_attributes, optional_input
+from d5.ops.onnx_semantics import as_text, check_window_attributes, optional_input, quantization_axis
 from d5.ops.operator import Gradient
 
 
@@ -49,27 +49,15 @@ def optional_input(inputs, index: int) -> np.ndarray | None:
 def _broadcastable(value: np.ndarray, shape: tuple, axis: int, block_size: int, what: str) -> np.ndarray:
     """A scale or zero point reshaped/repeated so it broadcasts against a tensor of ``shape``."""
     value = np.asarray(value)
-    if value.size == 1 and not block_size:
+    axis = quantization_axis(what, value.shape, shape, axis, block_size)  # checks the layout
+    if axis is None:
         return value.reshape(())
-    if not -len(shape) <= axis < len(shape):
-        raise ShapeError(f"{what}: values of shape {value.shape} apply along axis {axis}, which a tensor of shape "
-                         f"{tuple(shape)} does not have; give one value (a scalar) or fix the axis attribute")
-    axis = axis % len(shape)
     if not block_size:
-        if value.ndim != 1 or value.size != shape[axis]:
-            raise ShapeError(f"{what}: per-axis values must be 1-D of length {shape[axis]} (axis {axis}), "
-                             f"got shape {value.shape}")
         dims = [1] * len(shape)
         dims[axis] = value.size
         return value.reshape(dims)
-    if value.ndim != len(shape):
-        raise ShapeError(f"{what}: blocked values must have the input's rank {len(shape)}, got shape {value.shape}")
     repeated = np.repeat(value, int(block_size), axis=axis)
-    repeated = repeated.take(np.arange(shape[axis]), axis=axis)  # the last block may be partial
-    if repeated.shape != tuple(shape):
-        raise ShapeError(f"{what}: blocked values of shape {value.shape} with block_size {block_size} do not "
-                         f"tile an input of shape {tuple(shape)} along axis {axis}")
-    return repeated
+    return repeated.take(np.arange(shape[axis]), axis=axis)  # the last block may be partial
 
 
 def _saturate(values: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -33,7 +33,8 @@ from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import int_list, require_rank
 from d5.frameworks.reference.operators.elementwise import ensure_array, is_float, unbroadcast
 from d5.network.memory import check_allocation
-from d5.ops.onnx_semantics import as_text, normalize_axes, optional_input, reshape_target, slice_bounds, split_lengths
+from d5.ops.onnx_semantics import (as_text, block_attributes, normalize_axes, optional_input, reshape_target,
+                                   slice_bounds, split_lengths)
 from d5.ops.operator import Gradient
 
 
@@ -403,11 +404,7 @@ class SpaceToDepth(ReferenceOp):
 
     def __init__(self, blocksize: int | None = None, mode: str = "DCR") -> None:
         super().__init__()
-        if blocksize is None:
-            raise ShapeError("SpaceToDepth: the blocksize attribute is required")
-        self.blocksize, self.mode = int(blocksize), as_text(mode)
-        if self.mode not in ("DCR", "CRD"):
-            raise ShapeError(f"SpaceToDepth: unknown mode {self.mode!r}; use DCR or CRD")
+        self.blocksize, self.mode = block_attributes("SpaceToDepth", blocksize, mode)
 
     def _perm(self) -> tuple:
         # Axes of the (n, c, h/b, b, w/b, b) view in output order.
@@ -437,11 +434,7 @@ class DepthToSpace(ReferenceOp):
 
     def __init__(self, blocksize: int | None = None, mode: str = "DCR") -> None:
         super().__init__()
-        if blocksize is None:
-            raise ShapeError("DepthToSpace: the blocksize attribute is required")
-        self.blocksize, self.mode = int(blocksize), as_text(mode)
-        if self.mode not in ("DCR", "CRD"):
-            raise ShapeError(f"DepthToSpace: unknown mode {self.mode!r}; use DCR or CRD")
+        self.blocksize, self.mode = block_attributes("DepthToSpace", blocksize, mode)
 
     def _layout(self, shape) -> tuple[tuple, tuple]:
         n, c, h, w = shape

@@ -15,6 +15,7 @@ import numpy as np
 from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import onnx_dtype, optional_array, scalar_input
+from d5.ops.onnx_semantics import COSINE_WINDOW_COEFFICIENTS, mel_weight_matrix
 from d5.ops.operator import Gradient
 
 
@@ -172,7 +173,7 @@ class HannWindow(_CosineSumWindow):
     [0.0, 1.0, 0.0]
     """
 
-    coefficients = (0.5, 0.5)
+    coefficients = COSINE_WINDOW_COEFFICIENTS["HannWindow"]
 
 
 @register("HammingWindow")
@@ -183,7 +184,7 @@ class HammingWindow(_CosineSumWindow):
     [0.087, 1.0, 0.087]
     """
 
-    coefficients = (25.0 / 46.0, 21.0 / 46.0)
+    coefficients = COSINE_WINDOW_COEFFICIENTS["HammingWindow"]
 
 
 @register("BlackmanWindow")
@@ -194,7 +195,7 @@ class BlackmanWindow(_CosineSumWindow):
     [-0.0, 1.0, -0.0]
     """
 
-    coefficients = (0.42, 0.5, 0.08)
+    coefficients = COSINE_WINDOW_COEFFICIENTS["BlackmanWindow"]
 
 
 # -------------------------------------------------------------------------------------- MelWeightMatrix
@@ -229,22 +230,4 @@ class MelWeightMatrix(ReferenceOp):
             raise ShapeError(f"MelWeightMatrix: expected the 5 inputs {', '.join(names)}, got {len(inputs)}")
         mel_bins, dft_length, sample_rate, low, high = (_scalar_input("MelWeightMatrix", inputs, i, n)
                                                         for i, n in enumerate(names))
-        if None in (mel_bins, dft_length, sample_rate, low, high) or mel_bins < 1 or dft_length < 1 \
-                or sample_rate <= 0 or not 0 <= low < high:
-            raise ShapeError(f"MelWeightMatrix: need num_mel_bins >= 1, dft_length >= 1, sample_rate > 0 and "
-                             f"0 <= lower_edge_hertz < upper_edge_hertz; got {mel_bins}, {dft_length}, {sample_rate}, "
-                             f"{low}, {high}")
-        spectrogram_bins = int(dft_length) // 2 + 1
-        low_mel, high_mel = (2595.0 * np.log1p(f / 700.0) / np.log(10.0) for f in (float(low), float(high)))
-        mel = np.arange(int(mel_bins) + 2) * ((high_mel - low_mel) / (int(mel_bins) + 2)) + low_mel
-        hertz = 700.0 * np.expm1(mel / 2595.0 * np.log(10.0))
-        points = ((int(dft_length) + 1) * hertz // float(sample_rate)).astype(np.int64)
-        left, center, right = points[:-2], points[1:-1], points[2:]
-        if right[-1] > spectrogram_bins or center[-1] >= spectrogram_bins:
-            raise ShapeError(f"MelWeightMatrix: upper_edge_hertz {high} maps past the last of the {spectrogram_bins} "
-                             f"DFT bins; keep it at most sample_rate / 2 ({float(sample_rate) / 2})")
-        j = np.arange(spectrogram_bins)[:, None].astype(np.float64)
-        rising = np.where(center > left, (j - left) / np.maximum(center - left, 1), 1.0)
-        falling = (right - j) / np.maximum(right - center, 1)
-        out = np.where((j >= left) & (j <= center), rising, np.where((j > center) & (j < right), falling, 0.0))
-        return out.astype(self.dtype)
+        return mel_weight_matrix(mel_bins, dft_length, sample_rate, low, high).astype(self.dtype)

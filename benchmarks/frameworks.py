@@ -1,0 +1,277 @@
+"""d5's frameworks against the loop a PyTorch user writes by hand: training and inference steps, as ratios
+measured in the same process and the same run.
+
+Workloads (batch 64, data in memory, the same threads for everyone):
+- ``resnet44_train``: one CIFAR ResNet-44 training step (forward, backward, SGD with momentum 0.9);
+- ``lenet5_train``: one LeNet-5 training step on 28x28 images (where per-step overhead shows);
+- ``resnet44_infer``: ResNet-44 inference.
+
+Variants: ``native`` is the hand-written loop (an ``nn.Module`` of the same architecture,
+``nn.CrossEntropyLoss``, ``torch.optim.SGD``, ``zero_grad(set_to_none=True)``, ``loss.item()`` each step as a
+logging loop does; ``module.eval()`` under ``torch.no_grad()`` for inference); ``d5-pytorch`` is
+``d5.frameworks.pytorch.from_model`` with ``d5.frameworks.pytorch.MomentumOptimizer`` (``executor.inference``
+for inference); ``d5-pytorch-compiled`` adds ``compile=True`` (torch.compile); ``d5-reference`` is the
+reference framework with ``d5.MomentumOptimizer``, measured last (its OpenMP pool would otherwise share the
+cores with torch's), for the side-by-side images/s table.
+
+Steps are timed one by one in rounds; in every round each torch variant runs a block of steps, in an order
+that rotates from round to round, so drift on a noisy machine hits all alike. The figure is the ratio of
+median step times (d5 / native) with a bootstrap CI (``d5.bench.stats.compare``).
+
+    python benchmarks/frameworks.py                      # all figures, JSON + PNG in results/
+    python benchmarks/frameworks.py --quick --no-compile # a smoke run in a minute
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Callable
+
+import numpy as np
+
+import d5
+from d5.bench.results import write_result
+from d5.bench.stats import compare, summarize
+
+BATCH = 64
+LR, MOMENTUM = 0.1, 0.9
+#: The issue's targets: d5-pytorch step time / native step time at most this.
+TARGETS = {"resnet44_train": 1.03, "lenet5_train": 1.05, "resnet44_infer": 1.03}
+WORKLOADS = {"resnet44_train": ("resnet44", True), "lenet5_train": ("lenet5", True),
+             "resnet44_infer": ("resnet44", False)}
+
+
+# ---------------------------------------------------------------------- the hand-written PyTorch models
+def native_model(name: str):
+    """The architecture of ``d5.models`` ``name`` written as a PyTorch user writes it (torch.nn layers)."""
+    import torch
+    from torch import nn
+    import torch.nn.functional as F
+
+    if name == "lenet5":
+        return nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5),
+                             nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(400, 120), nn.ReLU(),
+                             nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
+
+    class Block(nn.Module):  # He et al.'s CIFAR basic block with the option-A (zero-padding) shortcut
+        def __init__(self, cin: int, cout: int, stride: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.stride, self.extra = stride, cout - cin
+
+        def forward(self, x):
+            out = F.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            shortcut = x
+            if self.stride != 1 or self.extra:
+                shortcut = F.pad(x[:, :, ::self.stride, ::self.stride], (0, 0, 0, 0, 0, self.extra))
+            return F.relu(out + shortcut)
+
+    class ResNet(nn.Module):
+        def __init__(self, depth: int) -> None:
+            super().__init__()
+            n = (depth - 2) // 6
+            self.conv1 = nn.Conv2d(3, 16, 3, 1, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(16)
+            layers, cin = [], 16
+            for stage, cout in enumerate((16, 32, 64)):
+                for index in range(n):
+                    layers.append(Block(cin, cout, 2 if stage and not index else 1))
+                    cin = cout
+            self.layers = nn.Sequential(*layers)
+            self.linear = nn.Linear(64, 10)
+
+        def forward(self, x):
+            x = self.layers(F.relu(self.bn1(self.conv1(x))))
+            return self.linear(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+    return ResNet(44)
+
+
+def d5_model(name: str) -> d5.Network:
+    return d5.models.lenet5(seed=0) if name == "lenet5" else d5.models.resnet(44, seed=0)
+
+
+def batch(name: str) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    shape = (BATCH, 1, 28, 28) if name == "lenet5" else (BATCH, 3, 32, 32)
+    return {"input": rng.standard_normal(shape).astype(np.float32),
+            "label": rng.integers(0, 10, BATCH).astype(np.int64)}
+
+
+# ---------------------------------------------------------------------- one step of each variant
+def native_step(name: str, train: bool) -> Callable[[], None]:
+    import torch
+
+    torch.manual_seed(0)
+    model = native_model(name)
+    data = batch(name)
+    x, y = torch.from_numpy(data["input"]), torch.from_numpy(data["label"])
+    if not train:
+        model.eval()
+
+        def infer() -> None:
+            with torch.no_grad():
+                model(x).numpy()
+        return infer
+    loss_fn = torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    model.train()
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        loss.item()
+    return step
+
+
+def d5_step(framework: str, name: str, train: bool, compile: bool = False) -> Callable[[], None]:
+    data = batch(name)
+    if framework == "pytorch":
+        import d5.frameworks.pytorch as fw
+
+        executor = fw.from_model(d5_model(name), compile=compile)
+        optimizer = fw.MomentumOptimizer(executor, LR, MOMENTUM) if train else None
+    else:
+        executor = d5.frameworks.reference.from_model(d5_model(name))
+        optimizer = d5.MomentumOptimizer(executor, LR, MOMENTUM) if train else None
+    if not train:
+        feeds = {"input": data["input"]}
+        return lambda: executor.inference(feeds)
+    return lambda: optimizer.step(data)
+
+
+def count_parameters_equal(name: str) -> bool:
+    """The native model has exactly the d5 model's trainable parameter count (the same architecture)."""
+    network = d5_model(name)
+    ours = sum(network.params[p].size for p in network.get_params())
+    return ours == sum(p.numel() for p in native_model(name).parameters())
+
+
+# ---------------------------------------------------------------------- measurement
+def time_steps(step: Callable[[], None], count: int) -> list[float]:
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def measure_workload(workload: str, rounds: int, block: int, warmup: int, compile: bool) -> dict[str, list[float]]:
+    name, train = WORKLOADS[workload]
+    steps = {"native": native_step(name, train), "d5-pytorch": d5_step("pytorch", name, train)}
+    if compile:
+        steps["d5-pytorch-compiled"] = d5_step("pytorch", name, train, compile=True)
+    for step in steps.values():
+        time_steps(step, warmup)  # imports, allocator, thread pool; torch.compile compiles here
+    samples: dict[str, list[float]] = {variant: [] for variant in steps}
+    order = list(steps)
+    for round_index in range(rounds):
+        rotated = order[round_index % len(order):] + order[:round_index % len(order)]
+        for variant in rotated:
+            samples[variant] += time_steps(steps[variant], block)
+    return samples
+
+
+def images_per_second(samples: list[float]) -> float:
+    return BATCH / float(np.median(samples))
+
+
+def bar_chart(throughput: dict[str, dict[str, float]], path: str) -> None:
+    """Images/s per workload and variant, as grouped bars (PNG, written atomically)."""
+    from matplotlib.figure import Figure
+
+    from d5.io_utils import atomic_write
+
+    workloads = list(throughput)
+    variants = sorted({v for row in throughput.values() for v in row}, key=["native", "d5-pytorch",
+                      "d5-pytorch-compiled", "d5-reference"].index)
+    figure = Figure(figsize=(8, 4), dpi=100)
+    axes = figure.add_subplot()
+    width = 0.8 / len(variants)
+    for index, variant in enumerate(variants):
+        values = [throughput[w].get(variant, 0.0) for w in workloads]
+        positions = np.arange(len(workloads)) + (index - (len(variants) - 1) / 2) * width
+        axes.bar(positions, values, width, label=variant)
+    axes.set_xticks(np.arange(len(workloads)))
+    axes.set_xticklabels(workloads)
+    axes.set_yscale("log")
+    axes.set_ylabel("images / s (median step, log scale)")
+    axes.set_title(f"d5 frameworks vs a hand-written PyTorch loop, batch {BATCH}")
+    axes.legend(fontsize=8)
+    axes.grid(axis="y", alpha=0.3)
+    figure.tight_layout()
+    with atomic_write(path, "wb") as handle:
+        figure.savefig(handle, format="png")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--block", type=int, default=10, help="steps per variant per round")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--reference-steps", type=int, default=6, help="steps of the reference (0: skip it)")
+    parser.add_argument("--no-compile", dest="compile", action="store_false", help="skip torch.compile")
+    parser.add_argument("--quick", action="store_true", help="few samples: a smoke run, not a result")
+    parser.add_argument("--output", default="results/frameworks.json")
+    parser.add_argument("--chart", default="results/frameworks.png")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.block, args.warmup, args.reference_steps = 3, 3, 3, 2
+    torch.manual_seed(0)
+
+    figures, throughput, all_samples = {}, {}, {}
+    for workload in args.workloads:
+        name, train = WORKLOADS[workload]
+        if not count_parameters_equal(name):
+            raise SystemExit(f"{workload}: the native model is not the d5 model's architecture")
+        samples = measure_workload(workload, args.rounds, args.block, args.warmup, args.compile)
+        all_samples[workload] = samples
+        ratio = compare(samples["d5-pytorch"], samples["native"])
+        row = {"native_step_s": summarize(samples["native"]), "d5_pytorch_step_s": summarize(samples["d5-pytorch"]),
+               "ratio_d5_pytorch_over_native": ratio, "target_at_most": TARGETS[workload],
+               "met": bool(ratio.ratio <= TARGETS[workload])}
+        if "d5-pytorch-compiled" in samples:
+            compiled = compare(samples["d5-pytorch-compiled"], samples["d5-pytorch"])
+            row["ratio_compiled_over_d5_pytorch"] = compiled
+            row["compile_helped"] = bool(compiled.ci_high < 1.0)
+        figures[workload] = row
+        throughput[workload] = {v: images_per_second(s) for v, s in samples.items()}
+        print(f"{workload}: d5-pytorch / native = {ratio}  (target <= {TARGETS[workload]})", flush=True)
+        if "ratio_compiled_over_d5_pytorch" in row:
+            print(f"{workload}: compiled / d5-pytorch = {row['ratio_compiled_over_d5_pytorch']}", flush=True)
+    if args.reference_steps:
+        for workload in args.workloads:  # last: the reference's OpenMP threads must not overlap torch's
+            name, train = WORKLOADS[workload]
+            step = d5_step("reference", name, train)
+            time_steps(step, 1)
+            samples = time_steps(step, args.reference_steps)
+            all_samples[workload]["d5-reference"] = samples
+            throughput[workload]["d5-reference"] = images_per_second(samples)
+            figures[workload]["d5_reference_step_s"] = summarize(samples)
+            figures[workload]["ratio_reference_over_d5_pytorch"] = compare(
+                samples, all_samples[workload]["d5-pytorch"])
+    figures["images_per_second"] = throughput
+    path = write_result(args.output, "frameworks", figures,
+                        extra={"batch_size": BATCH, "rounds": args.rounds, "block": args.block,
+                               "warmup": args.warmup, "quick": args.quick, "torch_threads": torch.get_num_threads(),
+                               "samples": all_samples})
+    bar_chart(throughput, args.chart)
+    from d5.bench.report import markdown_table
+
+    print(markdown_table([{"workload": w, **{k: f"{v:.1f}" for k, v in row.items()}} for w, row in throughput.items()]))
+    print(f"wrote {path} and {args.chart}")
+    return 0 if all(figures[w]["met"] for w in args.workloads) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,321 @@
+"""Attention operators as native torch operations: Attention (ONNX opset 23-25 semantics) and RotaryEmbedding.
+
+Attention follows the reference operator exactly: 3-D or 4-D inputs, grouped-query heads, boolean or additive
+masks (a mask shorter than the keys leaves the rest out), causal and sliding-window masking aligned at the
+bottom right (past keys or ``nonpad_kv_seqlen`` shift the frontier), the internal KV cache (``present_*``
+outputs), softcap, scale and the ``qk_matmul_output`` debug output. It computes in float32 (float64 for
+float64 inputs or ``softmax_precision=11``, bfloat16 natively, every step rounded as the reference's) and casts
+back to Q's dtype; a query row with no key to attend gives zeros. When the node asks for neither softcap nor the
+debug output (and Q is not bfloat16), the scores never leave ``F.scaled_dot_product_attention`` (its fused
+kernels; its own causal mask when that is the only one); otherwise the product, softcap and softmax are
+explicit. Unlike the reference (forward only), torch autograd differentiates it.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from d5.errors import ShapeError
+from d5.frameworks.pytorch.operators import TorchOp, register
+from d5.ops.onnx_semantics import broadcast_shape
+
+# qk_matmul_output_mode values: what the fourth output holds.
+_QK_RAW, _QK_SOFTCAPPED, _QK_WITH_BIAS, _QK_SOFTMAX = 0, 1, 2, 3
+
+
+def _compute_dtype(q: torch.Tensor, softmax_precision) -> torch.dtype:
+    if softmax_precision is not None and int(softmax_precision) == 11:
+        return torch.float64
+    if q.dtype in (torch.float64, torch.bfloat16):
+        return q.dtype
+    return torch.float32
+
+
+def _split_heads(x: torch.Tensor, num_heads: int, name: str) -> torch.Tensor:
+    """(batch, seq, heads * size) -> (batch, heads, seq, size)."""
+    if not num_heads:
+        raise ShapeError(f"Attention: 3-D inputs need the q_num_heads and kv_num_heads attributes (to split "
+                         f"the hidden size of {name} into heads)")
+    batch, seq, hidden = x.shape
+    if hidden % num_heads:
+        raise ShapeError(f"Attention: the hidden size {hidden} of {name} is not divisible by {num_heads} heads")
+    return x.reshape(batch, seq, num_heads, hidden // num_heads).transpose(1, 2)
+
+
+def _fits(shape, target) -> bool:
+    """Whether a tensor of ``shape`` broadcasts to ``target`` without changing it."""
+    try:
+        return broadcast_shape("Attention", tuple(shape), tuple(target)) == tuple(target)
+    except ShapeError:
+        return False
+
+
+def _rounded_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last axis rounding every step to the (bfloat16) dtype, the sum added key by key, as
+    ONNX's reference (NumPy on bfloat16) computes its expected outputs: their tolerance is below one bfloat16
+    unit, so torch's float32-internal softmax is one unit off."""
+    peak = scores.amax(dim=-1, keepdim=True)
+    peak = torch.where(torch.isfinite(peak), peak, torch.zeros((), dtype=peak.dtype))
+    exp = torch.exp(scores - peak)
+    total = exp[..., :1]
+    for j in range(1, exp.shape[-1]):
+        total = total + exp[..., j:j + 1]
+    return exp / torch.where(total == 0, torch.ones((), dtype=total.dtype), total)
+
+
+@register("Attention")
+class Attention(TorchOp):
+    """ONNX Attention: ``softmax(softcap(Q K^T * scale) + bias) V``; inputs ``Q, K, V[, attn_mask, past_key,
+    past_value, nonpad_kv_seqlen]``, outputs ``(Y, present_key, present_value, qk_matmul_output)``.
+
+    >>> q = torch.ones(1, 1, 2, 4)
+    >>> v = torch.arange(8.0).reshape(1, 1, 2, 4)
+    >>> Attention(is_causal=1)(q, q, v)[0][0, 0].tolist()
+    [[0.0, 1.0, 2.0, 3.0], [2.0, 3.0, 4.0, 5.0]]
+    """
+
+    def __init__(self, is_causal: int = 0, kv_num_heads: int = 0, q_num_heads: int = 0,
+                 qk_matmul_output_mode: int = 0, scale: float | None = None, softcap: float = 0.0,
+                 softmax_precision: int | None = None, left_window_size: int = -1,
+                 right_window_size: int = -1) -> None:
+        super().__init__()
+        self.is_causal = bool(is_causal)
+        self.kv_num_heads, self.q_num_heads = int(kv_num_heads), int(q_num_heads)
+        self.qk_mode = int(qk_matmul_output_mode)
+        if self.qk_mode not in (_QK_RAW, _QK_SOFTCAPPED, _QK_WITH_BIAS, _QK_SOFTMAX):
+            raise ShapeError(f"Attention: qk_matmul_output_mode must be 0, 1, 2 or 3, got {qk_matmul_output_mode}")
+        self.scale = None if scale is None else float(scale)
+        self.softcap = float(softcap)
+        self.softmax_precision = softmax_precision
+        self.left, self.right = int(left_window_size), int(right_window_size)
+        if self.left < -1 or self.right < -1:
+            raise ShapeError("Attention: left_window_size and right_window_size must be -1 (unbounded) or >= 0, "
+                             f"got {left_window_size} and {right_window_size}")
+
+    def forward(self, q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None):
+        if q is None or k is None or v is None:
+            raise ShapeError("Attention: inputs Q, K and V are required")
+        if (past_key is None) != (past_value is None):
+            raise ShapeError("Attention: past_key and past_value must be given together (or neither)")
+        if nonpad_kv_seqlen is not None and past_key is not None:
+            raise ShapeError("Attention: nonpad_kv_seqlen (external KV cache) cannot be combined with past_key/"
+                             "past_value (internal cache); use one of the two")
+        if not (q.dim() == k.dim() == v.dim() and q.dim() in (3, 4)):
+            raise ShapeError(f"Attention: Q, K and V must all be 3-D or all 4-D, got shapes {tuple(q.shape)}, "
+                             f"{tuple(k.shape)}, {tuple(v.shape)}")
+        out_dtype, dtype = q.dtype, _compute_dtype(q, self.softmax_precision)
+        three_d = q.dim() == 3
+        if three_d:
+            q = _split_heads(q, self.q_num_heads, "Q")
+            k = _split_heads(k, self.kv_num_heads, "K")
+            v = _split_heads(v, self.kv_num_heads, "V")
+        past_len = 0
+        if past_key is not None:
+            if past_key.dim() != 4 or past_value.dim() != 4 or past_key.shape[:2] != k.shape[:2] \
+                    or past_value.shape[:2] != v.shape[:2] or past_key.shape[3] != k.shape[3] \
+                    or past_value.shape[3] != v.shape[3] or past_key.shape[2] != past_value.shape[2]:
+                raise ShapeError(f"Attention: past_key and past_value must be 4-D (batch, kv_heads, past_len, "
+                                 f"head_size) matching K {tuple(k.shape)} and V {tuple(v.shape)}, got "
+                                 f"{tuple(past_key.shape)} and {tuple(past_value.shape)}")
+            past_len = past_key.shape[2]
+            k = torch.cat([past_key.to(k.dtype), k], dim=2)
+            v = torch.cat([past_value.to(v.dtype), v], dim=2)
+        present_key, present_value = k, v
+        batch, q_heads, q_len, head_size = q.shape
+        kv_heads, kv_len = k.shape[1], k.shape[2]
+        if q_heads != kv_heads and (kv_heads == 0 or q_heads % kv_heads or v.shape[1] != kv_heads):
+            raise ShapeError(f"Attention: {q_heads} query heads cannot be grouped over {kv_heads} key and "
+                             f"{v.shape[1]} value heads (q_num_heads must be a multiple of kv_num_heads)")
+        if k.shape[0] != batch or v.shape[0] != batch or v.shape[2] != kv_len or k.shape[3] != head_size:
+            raise ShapeError(f"Attention: K {tuple(k.shape)} and V {tuple(v.shape)} (heads split) do not match Q "
+                             f"{tuple(q.shape)}: batch, key length and Q/K head size must agree")
+        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(head_size)
+        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+        wants_debug = self.node_output_count is None or self.node_output_count > 3
+        fused = not (self.softcap > 0 or wants_debug or kv_len == 0 or dtype == torch.bfloat16)
+        # Only the causal mask without past keys: SDPA's own is_causal (top-left aligned, which is ONNX's
+        # bottom-right alignment when no key precedes the queries) needs no bias and lets SDPA pick its kernels.
+        if fused and self.is_causal and attn_mask is None and past_len == 0 and nonpad_kv_seqlen is None \
+                and self.left < 0 and self.right < 0:
+            y, debug = self._fused(q, k, v, None, None, scale, causal=True), None
+        else:
+            bias = self._bias(attn_mask, q_len, kv_len, past_len, nonpad_kv_seqlen, batch, dtype, q.device)
+            scores_shape = (batch, q_heads, q_len, kv_len)
+            if bias is not None and not _fits(bias.shape, scores_shape):
+                raise ShapeError(f"Attention: attn_mask (with the causal and padding masks) of shape "
+                                 f"{tuple(bias.shape)} does not broadcast to the scores' shape {scores_shape}")
+            # A query row whose bias is -inf everywhere attends nothing: ONNX gives it zeros (not softmax's
+            # NaN). Its bias is replaced by 0 so the softmax (and its gradient) stays finite, then its output
+            # is zeroed.
+            empty = None
+            if bias is not None and kv_len:
+                empty = torch.isneginf(bias.amax(dim=-1, keepdim=True))
+                empty = empty if bool(empty.any()) else None
+            if fused:
+                y, debug = self._fused(q, k, v, bias, empty, scale, causal=False), None
+            else:
+                y, debug = self._explicit(q, k, v, bias, empty, scale)
+        if three_d:
+            y = y.transpose(1, 2).reshape(batch, q_len, -1)
+        y = y.to(out_dtype)
+        if debug is None:
+            return y, present_key, present_value
+        return y, present_key, present_value, debug.to(out_dtype)
+
+    @staticmethod
+    def _fused(q, k, v, bias, empty, scale, causal: bool):
+        """F.scaled_dot_product_attention with the additive ``bias`` (None: none) or SDPA's own causal mask."""
+        mask = bias
+        if empty is not None:
+            mask = torch.where(empty, torch.zeros((), dtype=mask.dtype, device=mask.device), mask)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
+                                           enable_gqa=q.shape[1] != k.shape[1])
+        if empty is not None:
+            y = torch.where(empty, torch.zeros((), dtype=y.dtype, device=y.device), y)
+        return y
+
+    def _explicit(self, q, k, v, bias, empty, scale):
+        if q.shape[1] != k.shape[1]:
+            # Grouped-query attention: query head h uses key/value head h // group.
+            group = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        # ONNX scales Q and K by sqrt(scale) each before the product (keeps float16 from overflowing).
+        root = torch.tensor(math.sqrt(scale), dtype=q.dtype, device=q.device)  # rounded to the compute dtype
+        raw = torch.matmul(q * root, (k * root).transpose(-1, -2))
+        scores = self.softcap * torch.tanh(raw / self.softcap) if self.softcap > 0 else raw
+        biased = scores if bias is None else scores + bias
+        safe = biased if empty is None else torch.where(empty, torch.zeros((), dtype=biased.dtype), biased)
+        if not safe.shape[-1]:
+            probabilities = safe
+        elif safe.dtype == torch.bfloat16:
+            probabilities = _rounded_softmax(safe)
+        else:
+            probabilities = torch.softmax(safe, dim=-1)
+        if empty is not None:
+            probabilities = torch.where(empty, torch.zeros((), dtype=probabilities.dtype), probabilities)
+        y = torch.matmul(probabilities, v)
+        debug = {_QK_RAW: raw, _QK_SOFTCAPPED: scores, _QK_WITH_BIAS: biased, _QK_SOFTMAX: probabilities}
+        return y, debug[self.qk_mode]
+
+    def _bias(self, mask, q_len, kv_len, past_len, nonpad, batch, dtype, device):
+        """Additive bias (0 or -inf, plus a float mask) broadcastable to (batch, heads, q, kv), or None."""
+        neg_inf = torch.tensor(-math.inf, dtype=dtype, device=device)
+        zero = torch.zeros((), dtype=dtype, device=device)
+        bias = None
+        if mask is not None:
+            if not 1 <= mask.dim() <= 4:
+                raise ShapeError(f"Attention: attn_mask must have 1 to 4 dimensions (broadcast to (batch, heads, "
+                                 f"q_len, kv_len)), got shape {tuple(mask.shape)}")
+            if mask.shape[-1] > kv_len:
+                raise ShapeError(f"Attention: attn_mask covers {mask.shape[-1]} keys but there are only {kv_len}")
+            if mask.dtype == torch.bool:
+                mask = torch.where(mask, zero, neg_inf)
+            elif not mask.is_floating_point():
+                raise ShapeError(f"Attention: attn_mask must be bool or float, got {mask.dtype}")
+            mask = mask.to(dtype)
+            if mask.shape[-1] < kv_len:
+                # A mask shorter than the keys (external cache) leaves the keys past its end out of attention.
+                mask = F.pad(mask, (0, kv_len - mask.shape[-1]), value=-math.inf)
+            bias = mask
+        lengths = None
+        if nonpad is not None:
+            if nonpad.numel() != batch:
+                raise ShapeError(f"Attention: nonpad_kv_seqlen must have one length per batch item ({batch}), got "
+                                 f"shape {tuple(nonpad.shape)}")
+            lengths = nonpad.reshape(-1, 1, 1, 1).to(torch.int64)
+        if self.is_causal or self.left >= 0 or self.right >= 0:
+            rows = torch.arange(q_len, device=device).reshape(q_len, 1)
+            cols = torch.arange(kv_len, device=device).reshape(1, kv_len)
+            # Query i sits at absolute position i + offset (bottom-right alignment).
+            offset = past_len if lengths is None else lengths - q_len
+            distance = rows + offset - cols  # how far key j lies behind query i
+            allowed = torch.ones(distance.shape, dtype=torch.bool, device=device)
+            if self.is_causal:
+                allowed &= distance >= 0
+            if self.left >= 0:
+                allowed &= distance <= self.left
+            if self.right >= 0:
+                allowed &= -distance <= self.right
+            window = torch.where(allowed, zero, neg_inf)
+            bias = window if bias is None else bias + window
+        if lengths is not None:
+            valid = torch.arange(kv_len, device=device).reshape(1, 1, 1, kv_len) < lengths
+            padding = torch.where(valid, zero, neg_inf)
+            bias = padding if bias is None else bias + padding
+        return bias
+
+
+@register("RotaryEmbedding")
+class RotaryEmbedding(TorchOp):
+    """Rotates pairs of features by position-dependent angles (RoPE). ``X`` is (batch, heads, seq, head_size),
+    or (batch, seq, hidden) with ``num_heads``; ``cos_cache`` / ``sin_cache`` are (max_position, rotary_dim / 2)
+    indexed by ``position_ids`` (batch, seq), or (batch, seq, rotary_dim / 2) without them. The first
+    ``rotary_embedding_dim`` features of each head (all by default) are rotated, as two halves or as
+    (even, odd) pairs with ``interleaved=1``; the rest pass through. Differentiable in X (the caches get no
+    gradient, as the reference).
+
+    >>> x = torch.tensor([[[[1.0, 0.0]]]])
+    >>> RotaryEmbedding()(x, torch.tensor([[0.0]]), torch.tensor([[1.0]]), torch.tensor([[0]])).tolist()
+    [[[[0.0, 1.0]]]]
+    """
+
+    def __init__(self, interleaved: int = 0, num_heads: int = 0, rotary_embedding_dim: int = 0) -> None:
+        super().__init__()
+        self.interleaved = bool(interleaved)
+        self.num_heads = int(num_heads)
+        self.rotary_embedding_dim = int(rotary_embedding_dim)
+
+    def forward(self, x, cos, sin, position_ids=None):
+        if x is None or cos is None or sin is None:
+            raise ShapeError("RotaryEmbedding: expected inputs (X, cos_cache, sin_cache[, position_ids])")
+        if x.dim() == 4:
+            heads = x.transpose(1, 2)  # (batch, seq, heads, head_size)
+        elif x.dim() == 3:
+            if self.num_heads <= 0 or x.shape[2] % self.num_heads:
+                raise ShapeError(f"RotaryEmbedding: 3-D input {tuple(x.shape)} needs num_heads dividing its hidden "
+                                 f"size {x.shape[2]}, got num_heads={self.num_heads}")
+            heads = x.reshape(x.shape[0], x.shape[1], self.num_heads, -1)
+        else:
+            raise ShapeError(f"RotaryEmbedding: X must be 3-D or 4-D, got shape {tuple(x.shape)}")
+        size = heads.shape[3]
+        dim = self.rotary_embedding_dim or size
+        if dim % 2 or dim > size:
+            raise ShapeError(f"RotaryEmbedding: rotary_embedding_dim={dim} must be even and at most the head "
+                             f"size {size}")
+        # The caches are tables, not trained: the reference gives them no gradient.
+        cos, sin = cos.detach(), sin.detach()
+        if position_ids is not None:
+            if cos.dim() != 2 or sin.shape != cos.shape or tuple(position_ids.shape) != tuple(heads.shape[:2]) \
+                    or position_ids.is_floating_point() or position_ids.dtype == torch.bool:
+                raise ShapeError(f"RotaryEmbedding: with position_ids, the caches must be 2-D (max_position, "
+                                 f"rotary_dim / 2) and position_ids integers of shape {tuple(heads.shape[:2])} "
+                                 f"(batch, seq); got caches {tuple(cos.shape)} and {tuple(sin.shape)}, position_ids "
+                                 f"{position_ids.dtype} {tuple(position_ids.shape)}")
+            positions = position_ids.to(torch.int64)
+            if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= cos.shape[0]):
+                raise ShapeError(f"RotaryEmbedding: position_ids must lie in [0, {cos.shape[0]}) (the caches' "
+                                 f"max_position), got values in [{int(positions.min())}, {int(positions.max())}]")
+            cos, sin = cos[positions], sin[positions]
+        if cos.dim() != 3 or cos.shape != sin.shape or tuple(cos.shape[:2]) != tuple(heads.shape[:2]):
+            raise ShapeError(f"RotaryEmbedding: cos/sin caches must be (batch, seq, rotary_dim / 2) = "
+                             f"{tuple(heads.shape[:2]) + (dim // 2,)} without position_ids, got {tuple(cos.shape)} "
+                             f"and {tuple(sin.shape)}")
+        if cos.shape[-1] != dim // 2:
+            raise ShapeError(f"RotaryEmbedding: cos/sin caches must end in rotary_embedding_dim / 2 = {dim // 2}, "
+                             f"got {tuple(cos.shape)} and {tuple(sin.shape)}")
+        dtype = torch.float64 if torch.float64 in (x.dtype, cos.dtype, sin.dtype) else torch.float32
+        cos, sin = cos.to(dtype).unsqueeze(2), sin.to(dtype).unsqueeze(2)
+        rotated = heads[..., :dim].to(dtype)
+        if self.interleaved:
+            first, second = rotated[..., 0::2], rotated[..., 1::2]
+        else:
+            first, second = rotated[..., :dim // 2], rotated[..., dim // 2:]
+        real, imag = cos * first - sin * second, sin * first + cos * second
+        if self.interleaved:
+            rotated = torch.stack([real, imag], dim=-1).reshape(rotated.shape)
+        else:
+            rotated = torch.cat([real, imag], dim=-1)
+        out = torch.cat([rotated, heads[..., dim:].to(dtype)], dim=-1).to(x.dtype)
+        return out.transpose(1, 2).contiguous() if x.dim() == 4 else out.reshape(x.shape)

@@ -1,0 +1,495 @@
+"""Image operators as native torch operations: Resize (opsets 13+, and Resize11 for opsets 10-12), GridSample,
+AffineGrid, CenterCropPad, RoiAlign (and RoiAlign10 for opsets 10-15) and NonMaxSuppression.
+
+Resize is separable and its geometry depends on shapes and attributes only: the framework-neutral
+:func:`d5.ops.onnx_semantics.resize_plan` / :func:`~d5.ops.onnx_semantics.resize_taps` give, per resized axis, the
+input positions each output reads and their weights, applied here as one gather along the axis (nearest: a
+single index_select). ``torch.nn.functional.interpolate`` takes over where it computes exactly the same thing
+(mode linear, half_pixel / pytorch_half_pixel / align_corners coordinates on the trailing spatial axes, no
+antialias). GridSample follows ONNX's reference (onnx.reference): ``F.grid_sample`` for nearest and linear on
+2-D/3-D images, gathers for cubic and other ranks.
+
+Resize, GridSample, AffineGrid, CenterCropPad and RoiAlign are differentiable by autograd (the reference has
+gradients for Resize and AffineGrid only); NonMaxSuppression's output is indices.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from d5.errors import ShapeError
+from d5.frameworks.pytorch.operators import TorchOp, register
+from d5.frameworks.pytorch.operators._helpers import ints, scalar
+from d5.ops.onnx_semantics import (as_text, int_tuple, normalize_axes, normalized_grid_positions, resize_plan,
+                                   resize_taps)
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype interpolation runs in: float64 for float64 and integer inputs, float32 otherwise."""
+    return x.dtype if x.dtype in (torch.float32, torch.float64) else \
+        torch.float32 if x.is_floating_point() else torch.float64
+
+
+def _cast_like(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Interpolated ``values`` in the input's ``dtype``: integers rounded (half to even) and saturated."""
+    if dtype.is_floating_point:
+        return values.to(dtype)
+    if dtype == torch.bool:
+        return values != 0
+    info = torch.iinfo(dtype)
+    return torch.round(values).clamp(info.min, info.max).to(dtype)
+
+
+def _host(value: torch.Tensor | None) -> np.ndarray | None:
+    """A small shape-like input (roi, scales, sizes) as a NumPy array; None when absent or empty."""
+    if value is None or value.numel() == 0:
+        return None
+    return value.detach().to("cpu", torch.float64 if value.is_floating_point() else torch.int64).numpy()
+
+
+# ------------------------------------------------------------------------------------------------- Resize
+
+@register("Resize", since=13)  # opsets 10-12: Resize11
+class Resize(TorchOp):
+    """Resize ``X`` by ``scales`` or to ``sizes`` (inputs: X, roi, scales, sizes; opset 10: X, scales)."""
+
+    #: Opsets 10-12 (Resize11) also accept coordinate_transformation_mode 'tf_half_pixel_for_nn'.
+    legacy_modes = False
+
+    def __init__(self, mode="nearest", coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_floor",
+                 cubic_coeff_a: float = -0.75, exclude_outside: int = 0, extrapolation_value: float = 0.0,
+                 antialias: int = 0, axes=None, keep_aspect_ratio_policy="stretch") -> None:
+        super().__init__()
+        self.mode = as_text(mode)
+        if self.mode not in ("nearest", "linear", "cubic"):
+            raise ShapeError(f"Resize: unknown mode {self.mode!r}; use nearest, linear or cubic")
+        self.coordinate_mode = as_text(coordinate_transformation_mode)
+        self.nearest_mode = as_text(nearest_mode)
+        self.cubic_a = float(cubic_coeff_a)
+        self.exclude_outside = bool(exclude_outside)
+        self.extrapolation_value = float(extrapolation_value)
+        self.antialias = bool(antialias) and self.mode != "nearest"
+        self.axes = int_tuple(axes)
+        self.policy = as_text(keep_aspect_ratio_policy)
+
+    def forward(self, x, *rest):
+        if x.dim() < 1:
+            raise ShapeError(f"Resize: X must have at least 1 dimension, got shape {tuple(x.shape)}")
+        opset10 = len(rest) == 1  # opset 10: (X, scales), asymmetric coordinates
+        given = (None, rest[0], None) if opset10 else (tuple(rest) + (None,) * 3)[:3]
+        roi, scales, sizes = (_host(value) for value in given)
+        coordinate_mode = "asymmetric" if opset10 else self.coordinate_mode
+        plan = resize_plan("Resize", tuple(x.shape), roi, scales, sizes, self.axes, self.policy, coordinate_mode)
+        if not plan:
+            return x.clone()
+        dtype = x.dtype
+        result = x.to(_compute_dtype(x))
+        fast = self._interpolate(result, plan, coordinate_mode, sizes is not None)
+        if fast is not None:
+            return _cast_like(fast, dtype)
+        for axis, scale, length, window in plan:
+            index, weights, outside = resize_taps(
+                "Resize", in_len=result.shape[axis], out_len=length, scale=scale, window=window, mode=self.mode,
+                coordinate_mode=coordinate_mode, nearest_mode=self.nearest_mode, cubic_a=self.cubic_a,
+                exclude_outside=self.exclude_outside, antialias=self.antialias, legacy=self.legacy_modes)
+            result = _apply_taps(result, axis, index, weights, self.mode == "nearest")
+            if outside is not None and outside.any():
+                shape = [1] * result.dim()
+                shape[axis] = length
+                mask = torch.from_numpy(outside).to(result.device).reshape(shape)
+                result = torch.where(mask, torch.tensor(self.extrapolation_value, dtype=result.dtype,
+                                                        device=result.device), result)
+        return _cast_like(result, dtype)
+
+    def _interpolate(self, x: torch.Tensor, plan, coordinate_mode: str, by_sizes: bool) -> torch.Tensor | None:
+        """``F.interpolate`` where it computes exactly what the taps would (else None): linear interpolation of
+        the trailing spatial axes of an (N, C, 1-3 spatial) input, no antialias or exclude_outside, with
+        half_pixel (torch's align_corners=False), pytorch_half_pixel with no axis resized to 1, or
+        align_corners where every scale times its length is the output length."""
+        if self.mode != "linear" or self.antialias or self.exclude_outside or self.policy != "stretch" \
+                or not 3 <= x.dim() <= 5 or any(axis < 2 for axis, *_ in plan):
+            return None
+        resized = {axis: (scale, length) for axis, scale, length, _ in plan}
+        scales = [resized.get(axis, (1.0, x.shape[axis]))[0] for axis in range(2, x.dim())]
+        lengths = [resized.get(axis, (1.0, x.shape[axis]))[1] for axis in range(2, x.dim())]
+        if coordinate_mode == "align_corners":
+            if any(scale * size != length for scale, size, length in zip(scales, x.shape[2:], lengths)):
+                return None
+            align = True
+        elif coordinate_mode == "half_pixel" or (coordinate_mode == "pytorch_half_pixel" and min(lengths) > 1):
+            align = False
+        else:
+            return None
+        kind = {3: "linear", 4: "bilinear", 5: "trilinear"}[x.dim()]
+        if by_sizes:  # the scales are length / size: torch computes them from the sizes alike
+            return F.interpolate(x, size=lengths, mode=kind, align_corners=align)
+        return F.interpolate(x, scale_factor=scales, mode=kind, align_corners=align, recompute_scale_factor=False)
+
+
+def _apply_taps(x: torch.Tensor, axis: int, index: np.ndarray, weights: np.ndarray, nearest: bool) -> torch.Tensor:
+    """Output ``o`` along ``axis`` is ``sum_t weights[o, t] * x[index[o, t]]`` (the resize_taps layout)."""
+    device = x.device
+    if nearest:  # one tap of weight 1 per row (0 where exclude_outside removed it): a plain index_select
+        column = weights.argmax(axis=1)
+        rows = np.arange(index.shape[0])
+        chosen = torch.from_numpy(index[rows, column]).to(device)
+        out = torch.index_select(x, axis, chosen)
+        factor = weights[rows, column]
+        if not (factor == 1).all():
+            shape = [1] * x.dim()
+            shape[axis] = -1
+            out = out * torch.from_numpy(factor).to(device, x.dtype).reshape(shape)
+        return out
+    out_len, taps = index.shape
+    moved = x.movedim(axis, -1)
+    gathered = torch.index_select(moved, -1, torch.from_numpy(index.reshape(-1)).to(device))
+    gathered = gathered.reshape(*moved.shape[:-1], out_len, taps)
+    out = (gathered * torch.from_numpy(weights).to(device, x.dtype)).sum(-1)
+    return out.movedim(-1, axis)
+
+
+@register("Resize", since=1)
+class Resize11(Resize):
+    """Resize of opsets 10-12: opset 10 takes (X, scales) with asymmetric coordinates; opset 11 adds roi and
+    the mode ``tf_half_pixel_for_nn`` (removed at opset 13)."""
+
+    legacy_modes = True
+
+
+# --------------------------------------------------------------------------------------------- GridSample
+
+def _cubic(distance: torch.Tensor, a: float = -0.75) -> torch.Tensor:
+    """Keys' cubic convolution kernel at ``|distance|`` (a torch twin of onnx_semantics.cubic_kernel)."""
+    d = distance.abs()
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return torch.where(d <= 1, near, torch.where(d < 2, far, torch.zeros_like(d)))
+
+
+def _reflect(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """Fold coordinates back into ``[low, high]`` by mirroring at the borders (repeatedly)."""
+    span = high - low
+    if span <= 0:
+        return torch.full_like(x, low)
+    below, above = low - x, x - high
+    folds_below, folds_above = torch.floor(below / span), torch.floor(above / span)
+    rest_below, rest_above = below - folds_below * span, above - folds_above * span
+    from_below = torch.where(folds_below % 2 == 0, low + rest_below, high - rest_below)
+    from_above = torch.where(folds_above % 2 == 0, high - rest_above, low + rest_above)
+    return torch.where(x < low, from_below, torch.where(x > high, from_above, x))
+
+
+@register("GridSample")
+class GridSample(TorchOp):
+    """Sample ``X`` (N, C, *spatial) at the normalized coordinates of ``grid`` (N, *out, ndim), last axis in
+    (x, y[, z]) order, with ``mode`` nearest / linear / cubic (opset 16: bilinear / bicubic), as
+    onnx.reference: a coordinate outside the image is moved in by ``padding_mode`` (border: clamped,
+    reflection: mirrored), then every tap outside reads 0 (zeros), the edge (border) or its mirror image."""
+
+    def __init__(self, align_corners: int = 0, mode="linear", padding_mode="zeros") -> None:
+        super().__init__()
+        self.align_corners = bool(align_corners)
+        self.mode = {"bilinear": "linear", "bicubic": "cubic"}.get(as_text(mode), as_text(mode))
+        self.padding_mode = as_text(padding_mode)
+        if self.mode not in ("nearest", "linear", "cubic"):
+            raise ShapeError(f"GridSample: unknown mode {mode!r}; use nearest, linear or cubic")
+        if self.padding_mode not in ("zeros", "border", "reflection"):
+            raise ShapeError(f"GridSample: unknown padding_mode {padding_mode!r}; use zeros, border or reflection")
+
+    def forward(self, x, grid):
+        if x.dim() < 3 or grid.dim() != x.dim() or grid.shape[-1] != x.dim() - 2 or grid.shape[0] != x.shape[0]:
+            raise ShapeError(f"GridSample: grid of shape {tuple(grid.shape)} does not match X of shape "
+                             f"{tuple(x.shape)}; expected X (N, C, *spatial) and grid (N, *output, spatial rank)")
+        dtype = x.dtype
+        compute = _compute_dtype(x)
+        x, grid = x.to(compute), grid.to(compute)
+        if self.mode != "cubic" and x.dim() in (4, 5):
+            kind = "bilinear" if self.mode == "linear" else "nearest"
+            out = F.grid_sample(x, grid, mode=kind, padding_mode=self.padding_mode, align_corners=self.align_corners)
+            return _cast_like(out, dtype)
+        return _cast_like(self._gather(x, grid), dtype)
+
+    def _gather(self, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        n, channels, spatial = x.shape[0], x.shape[1], tuple(x.shape[2:])
+        per_axis = []
+        for axis, size in enumerate(spatial):
+            g = grid[..., len(spatial) - 1 - axis]  # grid's last axis is (x, y, z): reversed spatial order
+            if self.align_corners:
+                coordinate, low, high = (g + 1) / 2 * (size - 1), 0.0, size - 1.0
+            else:
+                coordinate, low, high = ((g + 1) * size - 1) / 2, -0.5, size - 0.5
+            if self.mode == "nearest":
+                coordinate = torch.round(coordinate)  # half to even, as onnx.reference (np.rint)
+            outside = (coordinate < low) | (coordinate > high)
+            if self.padding_mode == "border":
+                coordinate = torch.where(outside, coordinate.clamp(0, size - 1), coordinate)
+            elif self.padding_mode == "reflection":
+                coordinate = torch.where(outside, _reflect(coordinate, low, high), coordinate)
+            per_axis.append([self._pad_tap(index, weight, size, low, high) for index, weight in self._taps(coordinate)])
+        strides = [math.prod(spatial[axis + 1:]) for axis in range(len(spatial))]
+        flat = x.reshape(n, channels, -1)
+        out = None
+        for combination in itertools.product(*per_axis):
+            position = sum(index * stride for (index, _), stride in zip(combination, strides)).reshape(n, 1, -1)
+            weight = math.prod(w for _, w in combination).reshape(n, 1, -1)
+            term = weight * torch.gather(flat, 2, position.expand(n, channels, position.shape[-1]))
+            out = term if out is None else out + term
+        return out.reshape(n, channels, *grid.shape[1:-1])
+
+    def _taps(self, coordinate: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(index, weight) pairs of the input points each coordinate reads."""
+        if self.mode == "nearest":
+            return [(coordinate.long(), torch.ones_like(coordinate))]
+        base = torch.floor(coordinate)
+        t = coordinate - base
+        base = base.long()
+        if self.mode == "linear":
+            return [(base, 1 - t), (base + 1, t)]
+        return [(base + k, _cubic(t - k)) for k in (-1, 0, 1, 2)]
+
+    def _pad_tap(self, index: torch.Tensor, weight: torch.Tensor, size: int, low: float, high: float):
+        """A tap moved inside the image by padding_mode (zeros: weight 0 outside)."""
+        if self.padding_mode == "zeros":
+            weight = weight * ((index >= 0) & (index < size)).to(weight.dtype)
+        elif self.padding_mode == "reflection":
+            index = torch.trunc(_reflect(index.to(weight.dtype), low, high)).long()
+        return index.clamp(0, size - 1), weight
+
+
+# -------------------------------------------------------------------------------------------- AffineGrid
+
+@register("AffineGrid")
+class AffineGrid(TorchOp):
+    """The GridSample grid of the affine maps ``theta``: (N, 2, 3) -> (N, H, W, 2) for ``size`` (N, C, H, W),
+    (N, 3, 4) -> (N, D, H, W, 3) for (N, C, D, H, W); differentiable in theta."""
+
+    def __init__(self, align_corners: int = 0) -> None:
+        super().__init__()
+        self.align_corners = bool(align_corners)
+
+    def forward(self, theta, size):
+        size = ints(size)
+        ndim = len(size) - 2
+        if ndim not in (2, 3) or tuple(theta.shape) != (size[0], ndim, ndim + 1) or min(size) < 0:
+            raise ShapeError(f"AffineGrid: size must be (N, C, H, W) or (N, C, D, H, W) with theta of shape (N, 2, 3) "
+                             f"or (N, 3, 4) respectively; got size {size} and theta of shape {tuple(theta.shape)}")
+        spatial = tuple(size[2:])
+        mesh = np.meshgrid(*(normalized_grid_positions(n, self.align_corners) for n in spatial), indexing="ij")
+        # The last coordinate axis is (x, y[, z]): the spatial axes in reverse order.
+        columns = [axis.reshape(-1) for axis in reversed(mesh)] + [np.ones(mesh[0].size)]
+        base = torch.from_numpy(np.stack(columns, axis=1)).to(theta.device, theta.dtype)
+        grid = torch.einsum("nij,pj->npi", theta, base)
+        return grid.reshape(theta.shape[0], *spatial, ndim)
+
+
+@register("CenterCropPad")
+class CenterCropPad(TorchOp):
+    """Center-crop or zero-pad ``input_data`` to ``shape`` along ``axes`` (default: all); an odd difference
+    puts the extra element at the end."""
+
+    def __init__(self, axes=None) -> None:
+        super().__init__()
+        self.axes = int_tuple(axes)
+
+    def forward(self, x, shape):
+        if x.dim() < 1:
+            raise ShapeError(f"CenterCropPad: input_data must have at least 1 dimension, got shape {tuple(x.shape)}")
+        target = ints(shape)
+        axes = list(range(x.dim())) if self.axes is None else normalize_axes("CenterCropPad", self.axes, x.dim())
+        if len(target) != len(axes):
+            raise ShapeError(f"CenterCropPad: shape {target} has {len(target)} entries for {len(axes)} axes")
+        if min(target, default=0) < 0:
+            raise ShapeError(f"CenterCropPad: the target shape must not have negative sizes, got {target}")
+        pads = [0] * (2 * x.dim())
+        for axis, size in zip(axes, target):
+            have = x.shape[axis]
+            if size <= have:
+                x = x.narrow(axis, (have - size) // 2, size)
+            else:
+                begin = (size - have) // 2
+                position = 2 * (x.dim() - 1 - axis)  # F.pad lists the last axis first
+                pads[position], pads[position + 1] = begin, size - have - begin
+        return F.pad(x, pads) if any(pads) else x
+
+
+# ---------------------------------------------------------------------------------------------- RoiAlign
+
+def _sample_axis(start: float, bin_size: float, bins: int, grid: int, size: int, device):
+    """Bilinear sampling along one axis of RoiAlign: for the ``bins * grid`` sample points, the low and high
+    pixel indices and their weights (zero for points outside ``[-1, size]``), as onnxruntime computes them."""
+    steps = torch.arange(bins, dtype=torch.float64, device=device)[:, None]
+    cells = torch.arange(grid, dtype=torch.float64, device=device)[None, :]
+    points = (start + steps * bin_size + (cells + 0.5) * bin_size / grid).reshape(-1)
+    keep = ((points >= -1.0) & (points <= size)).to(torch.float64)
+    points = points.clamp_min(0.0)
+    low = points.long()
+    at_edge = low >= size - 1
+    low = torch.where(at_edge, torch.full_like(low, size - 1), low)
+    high = torch.where(at_edge, low, low + 1)
+    points = torch.where(at_edge, low.to(torch.float64), points)
+    frac = points - low
+    return low, high, (1.0 - frac) * keep, frac * keep
+
+
+@register("RoiAlign", since=16)  # opsets 10-15: RoiAlign10
+class RoiAlign(TorchOp):
+    """Pool each region ``rois[r] = [x1, y1, x2, y2]`` (times ``spatial_scale``) of image ``batch_indices[r]``
+    into an ``output_height x output_width`` grid of bins, each the average (or max) of bilinear samples on a
+    ``sampling_ratio`` grid (adaptive when 0), as onnxruntime; ``half_pixel`` shifts coordinates by -0.5."""
+
+    def __init__(self, coordinate_transformation_mode="half_pixel", mode="avg", output_height: int = 1,
+                 output_width: int = 1, sampling_ratio: int = 0, spatial_scale: float = 1.0) -> None:
+        super().__init__()
+        coordinates = as_text(coordinate_transformation_mode)
+        if coordinates not in ("half_pixel", "output_half_pixel"):
+            raise ShapeError("RoiAlign: coordinate_transformation_mode must be 'half_pixel' or 'output_half_pixel', "
+                             f"got {coordinates!r}")
+        self.half_pixel = coordinates == "half_pixel"
+        self.mode = as_text(mode).lower()
+        if self.mode not in ("avg", "max"):
+            raise ShapeError(f"RoiAlign: mode must be 'avg' or 'max', got {as_text(mode)!r}")
+        self.out_h, self.out_w = int(output_height), int(output_width)
+        if self.out_h < 1 or self.out_w < 1:
+            raise ShapeError(f"RoiAlign: output_height and output_width must be >= 1, got {self.out_h}, {self.out_w}")
+        self.sampling_ratio, self.spatial_scale = int(sampling_ratio), float(spatial_scale)
+
+    def forward(self, x, rois, batch_indices):
+        if x.dim() != 4:
+            raise ShapeError(f"RoiAlign: X must be 4-D (N, C, H, W), got shape {tuple(x.shape)}")
+        if rois.dim() != 2 or rois.shape[1] != 4 or tuple(batch_indices.shape) != (rois.shape[0],):
+            raise ShapeError(f"RoiAlign: rois must be (num_rois, 4) and batch_indices (num_rois,), got "
+                             f"{tuple(rois.shape)} and {tuple(batch_indices.shape)}")
+        n, channels, height, width = x.shape
+        images = batch_indices.long().tolist()
+        if images and (min(images) < 0 or max(images) >= n):
+            raise ShapeError(f"RoiAlign: batch_indices must lie in [0, {n}), got {images}")
+        offset = 0.5 if self.half_pixel else 0.0
+        pooled = []
+        for box, image in zip(rois.detach().to("cpu", torch.float64).tolist(), images):
+            x1, y1, x2, y2 = (value * self.spatial_scale - offset for value in box)
+            roi_w, roi_h = x2 - x1, y2 - y1
+            if not self.half_pixel:
+                roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
+            grid_h = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_h / self.out_h))
+            grid_w = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_w / self.out_w))
+            if grid_h <= 0 or grid_w <= 0:  # no sample points: the bins stay 0, as in onnxruntime
+                pooled.append(x.new_zeros((channels, self.out_h, self.out_w), dtype=torch.float64))
+                continue
+            y_low, y_high, wy_low, wy_high = _sample_axis(y1, roi_h / self.out_h, self.out_h, grid_h, height, x.device)
+            x_low, x_high, wx_low, wx_high = _sample_axis(x1, roi_w / self.out_w, self.out_w, grid_w, width, x.device)
+            picture = x[image].to(torch.float64)
+            corners = [torch.index_select(torch.index_select(picture, 1, ys), 2, xs) * (wy[:, None] * wx[None, :])
+                       for ys, wy in ((y_low, wy_low), (y_high, wy_high))
+                       for xs, wx in ((x_low, wx_low), (x_high, wx_high))]
+            shape = (channels, self.out_h, grid_h, self.out_w, grid_w)
+            if self.mode == "avg":
+                pooled.append(sum(corners).reshape(shape).sum(dim=(2, 4)) / (grid_h * grid_w))
+            else:  # the max of the weighted corner terms, as onnxruntime
+                best = torch.stack(corners).amax(dim=0).reshape(shape)
+                pooled.append(best.amax(dim=4).amax(dim=2))
+        if not pooled:
+            return x.new_zeros((0, channels, self.out_h, self.out_w))
+        return torch.stack(pooled).to(x.dtype)
+
+
+@register("RoiAlign", since=1)
+class RoiAlign10(RoiAlign):
+    """RoiAlign of opsets 10-15: no pixel shift (the later attribute's 'output_half_pixel')."""
+
+    def __init__(self, coordinate_transformation_mode="output_half_pixel", **attributes) -> None:
+        super().__init__(coordinate_transformation_mode=coordinate_transformation_mode, **attributes)
+
+
+# ------------------------------------------------------------------------------------- NonMaxSuppression
+
+@register("NonMaxSuppression")
+class NonMaxSuppression(TorchOp):
+    """Greedy per-batch, per-class box selection (rows ``[batch, class, box]``, int64), with onnxruntime's
+    decisions as the reference: candidates by descending score (ties by box index), IoU in float32 with
+    onnxruntime's formula, boxes of zero area neither suppress nor are suppressed. The suppression pairs are
+    computed in blocks on the tensors' device; the greedy pass over them runs on the host."""
+
+    _BLOCK = 1024
+
+    def __init__(self, center_point_box: int = 0) -> None:
+        super().__init__()
+        self.center_point_box = int(center_point_box)
+        if self.center_point_box not in (0, 1):
+            raise ShapeError(f"NonMaxSuppression: center_point_box must be 0 or 1, got {center_point_box}")
+
+    def _corners(self, boxes: torch.Tensor) -> torch.Tensor:
+        """(..., 4) float32 boxes as ``[x_min, y_min, x_max, y_max]`` (center boxes are not flipped)."""
+        if self.center_point_box:
+            xc, yc, w, h = boxes.unbind(-1)
+            return torch.stack([xc - w / 2, yc - h / 2, xc + w / 2, yc + h / 2], dim=-1)
+        y1, x1, y2, x2 = boxes.unbind(-1)
+        return torch.stack([torch.minimum(x1, x2), torch.minimum(y1, y2), torch.maximum(x1, x2),
+                            torch.maximum(y1, y2)], dim=-1)
+
+    @staticmethod
+    def _optional(value, what: str, kind, default):
+        if value is None or value.numel() == 0:
+            return default
+        if value.numel() != 1:
+            raise ShapeError(f"NonMaxSuppression: {what} must be a single value (a scalar or a 1-element tensor), "
+                             f"got shape {tuple(value.shape)}")
+        return kind(scalar(value, float if kind is not int else int))
+
+    def forward(self, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None, score_threshold=None):
+        if boxes.dim() != 3 or boxes.shape[-1] != 4 or scores.dim() != 3 or \
+                (scores.shape[0], scores.shape[2]) != (boxes.shape[0], boxes.shape[1]):
+            raise ShapeError(f"NonMaxSuppression: boxes must be (B, N, 4) and scores (B, C, N), got "
+                             f"{tuple(boxes.shape)} and {tuple(scores.shape)}")
+        max_boxes = max(self._optional(max_output_boxes_per_class, "max_output_boxes_per_class (input 2)", int, 0), 0)
+        limit = self._optional(iou_threshold, "iou_threshold (input 3)", float, 0.0)
+        if not 0 <= limit <= 1:
+            raise ShapeError(f"NonMaxSuppression: iou_threshold must be in [0, 1], got {limit}")
+        score_limit = self._optional(score_threshold, "score_threshold (input 4)", float, None)
+        corners = self._corners(boxes.detach().to(torch.float32))
+        scores = scores.detach().to(torch.float32)
+        limit = torch.tensor(limit, dtype=torch.float32, device=boxes.device)
+        rows = [torch.empty((0, 3), dtype=torch.long)]
+        for batch in range(scores.shape[0] if max_boxes else 0):
+            for cls in range(scores.shape[1]):
+                kept = self._select(corners[batch], scores[batch, cls], max_boxes, limit, score_limit)
+                block = torch.empty((len(kept), 3), dtype=torch.long)
+                block[:, 0], block[:, 1], block[:, 2] = batch, cls, torch.tensor(kept, dtype=torch.long)
+                rows.append(block)
+        return torch.cat(rows).to(boxes.device)
+
+    def _select(self, box: torch.Tensor, scores: torch.Tensor, max_boxes: int, limit: torch.Tensor,
+                score_limit: float | None) -> list[int]:
+        """Indices of the boxes kept for one batch entry and class, in selection order."""
+        candidates = torch.arange(scores.numel(), device=scores.device)
+        if score_limit is not None:
+            candidates = candidates[scores > torch.tensor(score_limit, dtype=torch.float32, device=scores.device)]
+        order = candidates[torch.sort(scores[candidates], descending=True, stable=True).indices]
+        box = box[order]
+        x_min, y_min, x_max, y_max = box.unbind(-1)
+        area = (x_max - x_min) * (y_max - y_min)
+        can_overlap = area > 0  # boxes of zero or NaN area neither suppress nor are suppressed
+        count = order.numel()
+        later = torch.arange(count, device=box.device)
+        order = order.cpu().tolist()
+        removed = np.zeros(count, dtype=bool)
+        kept: list[int] = []
+        for start in range(0, count, self._BLOCK):  # the pairs (s, j) where box s suppresses a later box j
+            s = torch.arange(start, min(start + self._BLOCK, count), device=box.device)[:, None]
+            x0, y0 = torch.maximum(x_min[s], x_min), torch.maximum(y_min[s], y_min)
+            x1, y1 = torch.minimum(x_max[s], x_max), torch.minimum(y_max[s], y_max)
+            intersection = (x1 - x0) * (y1 - y0)
+            union = area[s] + area - intersection
+            hit = (x1 > x0) & (y1 > y0) & (intersection > 0) & (union > 0) & (intersection / union > limit)
+            hit = (hit & can_overlap[s] & can_overlap & (later > s)).cpu().numpy()
+            for offset, row in enumerate(hit):
+                if removed[start + offset]:
+                    continue
+                kept.append(order[start + offset])
+                if len(kept) == max_boxes:
+                    return kept
+                removed |= row
+        return kept

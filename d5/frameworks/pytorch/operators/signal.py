@@ -1,0 +1,170 @@
+"""Signal operators as native torch operations: DFT (torch.fft; opset 17's ``axis`` attribute and opset 20's
+axis input), STFT, the windows HannWindow, HammingWindow and BlackmanWindow, and MelWeightMatrix.
+
+Signals are ONNX's ``[..., 1]`` (real) or ``[..., 2]`` (real, imaginary) tensors; transforms run in the input's
+precision (float16 in float32) and are differentiable by autograd (the reference has no gradients here). The
+window coefficients and the mel filter bank are the framework-neutral rules of :mod:`d5.ops.onnx_semantics`.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from d5.errors import ShapeError
+from d5.frameworks.pytorch.operators import TorchOp, register
+from d5.frameworks.pytorch.operators._helpers import scalar, torch_dtype
+from d5.ops.onnx_semantics import COSINE_WINDOW_COEFFICIENTS, mel_weight_matrix
+
+
+def _complex_signal(x: torch.Tensor) -> torch.Tensor:
+    """A ``[..., 1]`` or ``[..., 2]`` tensor as a real or complex tensor (without the last axis)."""
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.to(torch.float32)
+    return x[..., 0] if x.shape[-1] == 1 else torch.complex(x[..., 0], x[..., 1])
+
+
+def _real_pairs(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Complex ``values`` as ONNX's ``[..., 2]`` (real, imaginary) tensor of ``dtype``."""
+    return torch.view_as_real(values.resolve_conj()).to(dtype) if values.is_complex() else \
+        torch.stack([values, torch.zeros_like(values)], dim=-1).to(dtype)
+
+
+def _optional_scalar(op_name: str, value: torch.Tensor | None, what: str):
+    """An optional one-value input as a Python number (None when absent or empty)."""
+    if value is None or value.numel() == 0:
+        return None
+    if value.numel() != 1:
+        raise ShapeError(f"{op_name}: {what} must be a single value (a scalar or a 1-element tensor), got shape "
+                         f"{tuple(value.shape)}")
+    return scalar(value, lambda number: number)
+
+
+@register("DFT")
+class DFT(TorchOp):
+    """Discrete Fourier transform along ``axis`` (input 3 of opset 20, default -2; or the opset-17 attribute),
+    zero-padded or cut to ``dft_length``; ``inverse`` scales by 1/n; ``onesided`` keeps the ``n // 2 + 1``
+    non-redundant frequencies, or with ``inverse`` takes such a half spectrum to a real signal (irfft)."""
+
+    def __init__(self, axis: int | None = None, inverse: int = 0, onesided: int = 0) -> None:
+        super().__init__()
+        self.axis, self.inverse, self.onesided = axis, bool(inverse), bool(onesided)
+
+    def forward(self, x, dft_length=None, axis=None):
+        if x.dim() < 2 or x.shape[-1] not in (1, 2):
+            raise ShapeError(f"DFT: input must be [..., 1] (real) or [..., 2] (complex), got shape {tuple(x.shape)}")
+        given = _optional_scalar("DFT", axis, "axis (input 2)")
+        axis = int(given) if given is not None else (-2 if self.axis is None else int(self.axis))
+        if not -x.dim() <= axis <= x.dim() - 2 or axis == -1:
+            raise ShapeError(f"DFT: axis {axis} must be a signal axis of the rank-{x.dim()} input: "
+                             f"[{-x.dim()}, -2] or [0, {x.dim() - 2}]")
+        axis %= x.dim()
+        length = _optional_scalar("DFT", dft_length, "dft_length (input 1)")
+        if length is not None:
+            n = int(length)
+        else:
+            n = 2 * (x.shape[axis] - 1) if self.inverse and self.onesided else x.shape[axis]
+        if n < 1:
+            raise ShapeError(f"DFT: dft_length must be >= 1, got {n}")
+        signal = _complex_signal(x)
+        if self.inverse and self.onesided:
+            return torch.fft.irfft(signal, n=n, dim=axis).unsqueeze(-1).to(x.dtype)
+        result = (torch.fft.ifft if self.inverse else torch.fft.fft)(signal, n=n, dim=axis)
+        if self.onesided:
+            result = result.narrow(axis, 0, n // 2 + 1)
+        return _real_pairs(result, x.dtype)
+
+
+@register("STFT")
+class STFT(TorchOp):
+    """Short-time Fourier transform of ``signal`` ([batch, length, 1 or 2]): frames of ``frame_length`` samples
+    every ``frame_step`` (no padding), times ``window``, each transformed by a DFT of ``frame_length`` points;
+    output [batch, frames, bins, 2], ``bins = frame_length // 2 + 1`` when ``onesided``."""
+
+    def __init__(self, onesided: int = 1) -> None:
+        super().__init__()
+        self.onesided = bool(onesided)
+
+    def forward(self, signal, frame_step, window=None, frame_length=None):
+        if signal.dim() != 3 or signal.shape[-1] not in (1, 2):
+            raise ShapeError(f"STFT: signal must be [batch, length, 1] (real) or [batch, length, 2] (complex), got "
+                             f"shape {tuple(signal.shape)}")
+        step = _optional_scalar("STFT", frame_step, "input 'frame_step'")
+        frame = _optional_scalar("STFT", frame_length, "input 'frame_length'")
+        if window is not None and window.numel() == 0:
+            window = None
+        if window is not None and (window.dim() != 1 or (frame is not None and window.numel() != frame)):
+            raise ShapeError(f"STFT: window must be 1-D with frame_length ({frame}) values, got shape "
+                             f"{tuple(window.shape)}")
+        if frame is None:
+            frame = signal.shape[1] if window is None else window.numel()
+        frame = int(frame)
+        if step is None or int(step) < 1 or not 1 <= frame <= signal.shape[1]:
+            raise ShapeError(f"STFT: frame_step must be >= 1 and frame_length in [1, {signal.shape[1]}] (the signal "
+                             f"length), got frame_step {step} and frame_length {frame}")
+        frames = _complex_signal(signal).unfold(1, frame, int(step))  # (batch, frames, frame_length)
+        if window is not None:
+            frames = frames * window.to(frames.real.dtype)
+        spectrum = torch.fft.fft(frames, dim=-1)
+        if self.onesided:
+            spectrum = spectrum[..., :frame // 2 + 1]
+        return _real_pairs(spectrum, signal.dtype)
+
+
+class _CosineSumWindow(TorchOp):
+    """``w[n] = sum_k (-1)^k a_k cos(2 pi k n / N)`` for ``n < size``, ``N = size`` (``periodic=1``) or
+    ``size - 1`` (a symmetric window of size 1 is ``[1]``), computed in float64, as ``output_datatype``."""
+
+    def __init__(self, periodic: int = 1, output_datatype: int = 1) -> None:
+        super().__init__()
+        self.periodic = bool(periodic)
+        self.dtype = torch_dtype(int(output_datatype))
+        self.coefficients = COSINE_WINDOW_COEFFICIENTS[type(self).__name__]
+
+    def forward(self, size):
+        name = type(self).__name__
+        count = _optional_scalar(name, size, "input 'size'")
+        if count is None or int(count) != count or count < 0:
+            raise ShapeError(f"{name}: size must be a non-negative integer scalar, got {count}")
+        count = int(count)
+        period = count if self.periodic else count - 1
+        if period == 0:
+            return torch.ones(count, dtype=self.dtype, device=size.device)
+        phase = torch.arange(count, dtype=torch.float64, device=size.device) * (2.0 * math.pi / period)
+        window = sum((-1) ** k * a * torch.cos(k * phase) for k, a in enumerate(self.coefficients))
+        return window.to(self.dtype)
+
+
+@register("HannWindow")
+class HannWindow(_CosineSumWindow):
+    """Hann window ``0.5 - 0.5 cos(2 pi n / N)``."""
+
+
+@register("HammingWindow")
+class HammingWindow(_CosineSumWindow):
+    """Hamming window ``25/46 - 21/46 cos(2 pi n / N)`` (ONNX's alpha, not PyTorch's 0.54)."""
+
+
+@register("BlackmanWindow")
+class BlackmanWindow(_CosineSumWindow):
+    """Blackman window ``0.42 - 0.5 cos(2 pi n / N) + 0.08 cos(4 pi n / N)``."""
+
+
+@register("MelWeightMatrix")
+class MelWeightMatrix(TorchOp):
+    """Triangular mel filter bank ``[dft_length // 2 + 1, num_mel_bins]`` as ``output_datatype`` (its scalar
+    inputs fix it entirely: :func:`d5.ops.onnx_semantics.mel_weight_matrix`)."""
+
+    _NAMES = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
+
+    def __init__(self, output_datatype: int = 1) -> None:
+        super().__init__()
+        self.dtype = torch_dtype(int(output_datatype))
+
+    def forward(self, *inputs):
+        if len(inputs) != 5:
+            raise ShapeError(f"MelWeightMatrix: expected the 5 inputs {', '.join(self._NAMES)}, got {len(inputs)}")
+        values = [_optional_scalar("MelWeightMatrix", value, f"input {name!r}")
+                  for value, name in zip(inputs, self._NAMES)]
+        matrix = mel_weight_matrix(*values)
+        return torch.from_numpy(matrix).to(inputs[0].device, self.dtype)
