@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.d5-installed
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 PYTEST_ARGS ?=
 
-.PHONY: demo test install data bench conformance fuzz clean
+.PHONY: demo test install data bench conformance public-models fuzz clean
 
 # ONE pip resolve with every extra, constrained (numpy<2 for MXNet, the on-disk CPU torch): a second,
 # separate `pip install` could upgrade numpy and break MXNet. Re-run when the packaging or C++ changes
@@ -37,9 +37,17 @@ demo: $(STAMP) data
 test: $(STAMP) data
 	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
 
-# ONNX's own backend test suite on the reference framework: per-case report + summary line.
+# ONNX's own backend test suite on each framework: per-case report + summary line (own operators, with fallback).
 conformance: $(STAMP)
 	$(PY) -m d5.bench.conformance --output results/conformance.json --markdown results/conformance.md
+	$(PY) -m d5.bench.conformance --framework pytorch --output results/conformance-pytorch.json \
+	  --markdown results/conformance-pytorch.md
+
+# Every public architecture of tests/frameworks/pytorch/public_models.py exported from torch to ONNX and
+# trained through d5 (make test runs a representative few); the table goes to results/public_models.md.
+public-models: $(STAMP)
+	D5_ALL_PUBLIC_MODELS=1 $(PY) -m pytest -q -p no:cacheprovider tests/frameworks/pytorch/test_public_models.py
+	$(PY) benchmarks/public_models.py
 
 # The long adversarial campaign of tests/fuzz/ (make test runs a fast subset): every case runs in a worker
 # subprocess, so a crash or a hang is a counted outcome; exits 1 on any crash, hang, raw exception or wrong result.
@@ -51,6 +59,7 @@ bench: $(STAMP) data
 	$(PY) benchmarks/onnx_models.py
 	$(PY) benchmarks/batch1_latency.py
 	$(PY) benchmarks/nms.py
+	$(PY) benchmarks/frameworks.py
 
 clean:
 	rm -rf build *.egg-info d5/_C*.so .pytest_cache

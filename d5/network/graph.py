@@ -149,6 +149,22 @@ class Network:
     def is_trainable(self, name: str) -> bool:
         return self._trainable.get(name, False)
 
+    def set_trainable(self, name: str, trainable: bool = True) -> None:
+        """Mark parameter ``name`` trainable or frozen. An imported ONNX model makes every float initializer
+        trainable (ONNX does not tell weights from constants); freeze the ones that are constants, such as a
+        torch module's buffers (a positional encoding), so optimizers leave them alone.
+
+        >>> net = Network("n"); _ = net.add_param("pe", [0.5, 1.0])
+        >>> net.set_trainable("pe", False); net.get_params()
+        []
+        """
+        require_name(name, "parameter name")
+        if name not in self._params:
+            raise GraphError(f"set_trainable: {name!r} is not a parameter of {self.name!r}"
+                             f"{suggest(name, self._params)}")
+        self._trainable[name] = bool(trainable)
+        self._edited()
+
     def gradient(self, y: str = "loss") -> list[tuple[str, str]]:
         """``[(param_name, gradient_tensor_name)]`` for every trainable parameter, as the seeds' optimizers
         expect. After ``executor.inference_and_backprop(inputs, y)`` the gradient tensors can be fetched."""

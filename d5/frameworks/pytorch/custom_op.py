@@ -66,7 +66,7 @@ class _CustomOpFunction(torch.autograd.Function):
         if op.training:
             with torch.no_grad():
                 for index, value in op.state_updates().items():
-                    inputs[index].copy_(torch.from_numpy(np.ascontiguousarray(value)).to(inputs[index].dtype))
+                    inputs[index].copy_(torch.from_numpy(np.array(value, order="C")).to(inputs[index].dtype))
         ctx.op, ctx.arrays, ctx.results, ctx.device = op, arrays, results, device
         outputs = tuple(_as_output(r, device) for r in results)
         ctx.mark_non_differentiable(*[o for o in outputs if isinstance(o, torch.Tensor) and not o.is_floating_point()])

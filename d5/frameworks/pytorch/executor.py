@@ -18,6 +18,7 @@ import torch
 import torch.fx
 
 from d5.errors import D5Error, GraphError, OperatorError, ShapeError, UnsupportedOperatorError
+from d5.frameworks.allocator import keep_freed_memory
 from d5.frameworks.base import FrameworkExecutor
 from d5.frameworks.placement import nodes_on_reference
 from d5.frameworks.pytorch.custom_op import CustomOpModule, custom_op
@@ -149,6 +150,7 @@ class PyTorchGraphExecutor(FrameworkExecutor):
 
     def __init__(self, network: Network, device: Any = None, strict: bool = False, compile: bool = False) -> None:
         self._device = torch_device(device)
+        keep_freed_memory()  # a step's tensors are reused, not returned to the OS and faulted in again
         super().__init__(network, device)
         self.fallback_operators: list[str] = []
         #: Nodes touching values torch cannot hold (strings, sequences, int4...): the reference runs them.

@@ -60,8 +60,10 @@ def resolve_pads(op_name: str, spatial: Sequence[int], kernel: Sequence[int], st
     def optional(values):
         return None if not values else tuple(values)
 
-    return _resolve_pads(op_name, tuple(spatial), tuple(kernel), optional(strides), optional(dilations),
-                         optional(pads), auto_pad, bool(ceil_mode), bool(clamp_same_pads))
+    # torch.compile traces the plain function (it would warn about, and ignore, the cache anyway).
+    resolve = _resolve_pads.__wrapped__ if torch.compiler.is_compiling() else _resolve_pads
+    return resolve(op_name, tuple(spatial), tuple(kernel), optional(strides), optional(dilations),
+                   optional(pads), auto_pad, bool(ceil_mode), bool(clamp_same_pads))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -206,6 +206,11 @@ class Softmax(TorchOp):
         return self._apply(x, normalize_axis(type(self).__name__, self.axis, x.dim()))
 
     def _apply(self, x, axis):
+        if x.dtype == torch.float16:
+            # ONNX's expected float16 outputs round after each step (exp, sum, divide); torch's fused kernel
+            # computes in float32 and rounds once, which can differ by one unit in the last place.
+            e = torch.exp(x - x.amax(axis, keepdim=True))
+            return e / e.sum(axis, keepdim=True)
         return torch.softmax(x, axis)
 
 
