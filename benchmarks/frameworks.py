@@ -175,16 +175,29 @@ def time_steps(step: Callable[[], None], count: int) -> list[float]:
 
 def measure_workload(workload: str, rounds: int, block: int, warmup: int,
                      compile: bool) -> dict[str, list[list[float]]]:
-    """Per variant, per round, the step times of its block."""
+    """Per variant, per round, the step times of its block: native against d5 first, then, in rounds of their
+    own, d5 against d5 compiled (inductor's kernels bring their own OpenMP threads, which would otherwise share
+    the cores with the steps measured after them)."""
     name, train = WORKLOADS[workload]
     steps = {"native": native_step(name, train), "d5-pytorch": d5_step("pytorch", name, train)}
+    samples = alternate(steps, rounds, block, warmup, workload)
     if compile:
-        steps["d5-pytorch-compiled"] = d5_step("pytorch", name, train, compile=True)
+        compiled = {"d5-pytorch": steps["d5-pytorch"],
+                    "d5-pytorch-compiled": d5_step("pytorch", name, train, compile=True)}
+        pair = alternate(compiled, rounds, block, warmup, f"{workload} (compiled)")
+        samples["d5-pytorch-compiled"] = pair["d5-pytorch-compiled"]
+        samples["d5-pytorch (compile rounds)"] = pair["d5-pytorch"]
+    return samples
+
+
+def alternate(steps: dict[str, Callable[[], None]], rounds: int, block: int, warmup: int,
+              label: str) -> dict[str, list[list[float]]]:
+    """``rounds`` rounds of ``block`` steps of each variant, in an order rotating from round to round."""
     for step in steps.values():
         time_steps(step, warmup)  # imports, allocator, thread pool; torch.compile compiles here
     samples: dict[str, list[list[float]]] = {variant: [] for variant in steps}
     order = list(steps)
-    for round_index in tqdm(range(rounds), desc=workload, leave=False):
+    for round_index in tqdm(range(rounds), desc=label, leave=False):
         rotated = order[round_index % len(order):] + order[:round_index % len(order)]
         for variant in rotated:
             samples[variant].append(time_steps(steps[variant], block))
@@ -232,6 +245,21 @@ def bar_chart(throughput: dict[str, dict[str, float]], path: str) -> None:
         figure.savefig(handle, format="png")
 
 
+def measure_in_fresh_process(workload: str, args: argparse.Namespace) -> dict[str, list[list[float]]]:
+    """:func:`measure_workload` in a new process: what one workload leaves behind (a heap grown by ResNet-44, the
+    compiled kernels' threads) must not slow the next one."""
+    import json
+    import subprocess
+    import sys
+
+    command = [sys.executable, __file__, "--worker", workload, "--rounds", str(args.rounds), "--block",
+               str(args.block), "--warmup", str(args.warmup)] + ([] if args.compile else ["--no-compile"])
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{workload} worker failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
@@ -245,7 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="few samples: a smoke run, not a result")
     parser.add_argument("--output", default="results/frameworks.json")
     parser.add_argument("--chart", default="results/frameworks.png")
+    parser.add_argument("--worker", choices=list(WORKLOADS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.worker:  # one workload, in this (fresh) process; prints its samples as one JSON line
+        import json
+
+        torch.manual_seed(0)
+        print(json.dumps(measure_workload(args.worker, args.rounds, args.block, args.warmup, args.compile)))
+        return 0
     if args.quick:
         args.rounds, args.block, args.warmup, args.reference_steps = 3, 3, 3, 2
     torch.manual_seed(0)
@@ -255,16 +290,16 @@ def main(argv: list[str] | None = None) -> int:
         name, train = WORKLOADS[workload]
         if not count_parameters_equal(name):
             raise SystemExit(f"{workload}: the native model is not the d5 model's architecture")
-        per_round = measure_workload(workload, args.rounds, args.block, args.warmup, args.compile)
-        samples = {variant: flat(blocks) for variant, blocks in per_round.items()}
+        per_round = measure_in_fresh_process(workload, args)
+        samples = {variant: flat(blocks) for variant, blocks in per_round.items() if "rounds" not in variant}
         all_samples[workload] = samples
         paired = paired_ratio(per_round["d5-pytorch"], per_round["native"])
         row = {"native_step_s": summarize(samples["native"]), "d5_pytorch_step_s": summarize(samples["d5-pytorch"]),
                "ratio_d5_pytorch_over_native": paired,
                "unpaired_ratio_d5_pytorch_over_native": compare(samples["d5-pytorch"], samples["native"]),
                "target_at_most": TARGETS[workload], "met": bool(paired.median <= TARGETS[workload])}
-        if "d5-pytorch-compiled" in samples:
-            compiled = paired_ratio(per_round["d5-pytorch-compiled"], per_round["d5-pytorch"])
+        if "d5-pytorch-compiled" in per_round:
+            compiled = paired_ratio(per_round["d5-pytorch-compiled"], per_round["d5-pytorch (compile rounds)"])
             row["ratio_compiled_over_d5_pytorch"] = compiled
             row["compile_helped"] = bool(compiled.ci_high < 1.0)
         figures[workload] = row

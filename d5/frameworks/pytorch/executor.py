@@ -9,6 +9,7 @@ are passed to the generated module on every call, so a value an optimizer feeds 
 """
 from __future__ import annotations
 
+import inspect
 import operator
 import warnings
 from typing import Any
@@ -77,6 +78,15 @@ class _NativeCall(torch.nn.Module):
                              f"{_name(self.module)} with label {label}: {str(err).splitlines()[0] if str(err) else type(err).__name__}. "
                              "Make the model output what the loss takes (e.g. (N, classes) logits and (N,) int64 "
                              "class labels for CrossEntropyLoss), or pick another loss") from err
+
+
+def _arguments(frame: Any) -> list[Any]:
+    """The positional arguments a frame's function was called with (after self), as its locals hold them now."""
+    code = frame.f_code
+    values = [frame.f_locals.get(name) for name in code.co_varnames[1:code.co_argcount]]
+    if code.co_flags & inspect.CO_VARARGS:
+        values += list(frame.f_locals.get(code.co_varnames[code.co_argcount + code.co_kwonlyargcount], ()))
+    return values
 
 
 def _name(module: Any) -> str:
@@ -226,7 +236,11 @@ class PyTorchGraphExecutor(FrameworkExecutor):
         for node, key, names in self._steps:
             if not all(not t or t in env for t in names):
                 continue
-            result = graph.call_module(f"ops.{key}", tuple(env[t] if t else None for t in names))
+            # The converter's forward, called directly: nn.Module.__call__'s hook machinery costs a training step
+            # of a small network a few percent and d5's converters have no hooks (a user's module, called inside
+            # _NativeCall, keeps its own).
+            converter = graph.get_attr(f"ops.{key}")
+            result = graph.call_method("forward", (converter, *(env[t] if t else None for t in names)))
             outputs = [o for o in node.outputs]
             if len(outputs) == 1:
                 env[outputs[0]] = graph.call_function(_first, (result,))
@@ -267,10 +281,9 @@ class PyTorchGraphExecutor(FrameworkExecutor):
         trace = err.__traceback__
         while trace is not None:
             frame = trace.tb_frame
-            if "self" in frame.f_code.co_varnames and id(frame.f_locals.get("self")) in nodes:
-                failing = nodes[id(frame.f_locals["self"])]
-                if isinstance(frame.f_locals.get("args"), tuple):  # torch's Module.__call__ frame: the inputs
-                    inputs = [as_numpy_value(value) for value in frame.f_locals["args"]]
+            if failing is None and "self" in frame.f_code.co_varnames and id(frame.f_locals.get("self")) in nodes:
+                failing = nodes[id(frame.f_locals["self"])]  # the converter's forward: its arguments are the inputs
+                inputs = [as_numpy_value(value) for value in _arguments(frame)]
             trace = trace.tb_next
         if failing is None:
             if isinstance(err, D5Error):
@@ -332,6 +345,8 @@ def _contiguous(array: np.ndarray) -> np.ndarray:
 def as_module_value(value: Any, device: torch.device) -> Any:
     """A value as the generated module takes it: a torch tensor, or, for what torch cannot hold (sequences,
     strings, int4, ...), the value itself, which only reference operators read."""
+    if type(value) is np.ndarray and device.type == "cpu" and value.dtype.kind in "fiub" and value.flags.c_contiguous:
+        return torch.from_numpy(value)  # the common case, first (uint16..64 included: torch holds them)
     if isinstance(value, torch.Tensor):
         return value.to(device)
     if value is None or isinstance(value, list):

@@ -44,6 +44,13 @@ class _WindowPool(TorchOp):
                             self.pads, self.auto_pad, ceil_mode=self.ceil_mode)
 
 
+def _subsamples(kernel, sides, out, spatial, strides) -> bool:
+    """Whether a max pooling is plain subsampling: 1-wide windows, no padding, and as many outputs as a strided
+    slice gives."""
+    return (all(k == 1 for k in kernel) and all(begin == 0 and end <= 0 for begin, end in sides)
+            and all(o == -(-n // step) for o, n, step in zip(out, spatial, strides)))
+
+
 @register("MaxPool")
 class MaxPool(_WindowPool):
     """ONNX MaxPool. Returns Y, or ``(Y, Indices)`` when the node names two outputs: int64 flat indices into X
@@ -62,6 +69,10 @@ class MaxPool(_WindowPool):
     def forward(self, x):
         geometry, strides, dilations, sides = self._window(x)
         want_indices = self.node_output_count is not None and self.node_output_count > 1
+        if not want_indices and _subsamples(self.kernel_shape, sides, geometry.out, x.shape[2:], strides):
+            # A 1x1 window with strides only picks every stride-th element (a CIFAR ResNet's option-A shortcut):
+            # a strided view, free, where the pooling kernel would read and write the whole tensor.
+            return x[(slice(None), slice(None), *(slice(None, None, step) for step in strides))]
         integer = not x.is_floating_point()
         source = x.to(torch.float64) if integer else x
         padded = pad_spatial(source, sides, value=-math.inf)

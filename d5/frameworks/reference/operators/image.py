@@ -195,6 +195,8 @@ class GridSample(ReferenceOp):
                 if self.padding_mode == "reflection":
                     index = np.trunc(_reflect(index.astype(np.float64), low, high)).astype(np.int64)
                     valid = np.ones_like(valid)
+                elif self.padding_mode == "border":  # a tap outside reads the edge (the clip below), not zero
+                    valid = np.ones_like(valid)
                 taps.append((np.clip(index, 0, size - 1), weight * valid))
             per_axis.append(taps)
         out = np.zeros(grid.shape[:-1] + (x.shape[1],))
