@@ -509,16 +509,35 @@ __all__ = ["AUTO_PAD_MODES", "RECURRENT_ACTIVATIONS", "RecurrentAttributes", "re
 # axis, each output position reads a few input positions (taps) with fixed weights. Every framework applies
 # these taps its own way (the reference as a dense matrix, PyTorch as gathers).
 
-def cubic_kernel(distance: np.ndarray, a: float) -> np.ndarray:
-    """Keys' cubic convolution kernel with parameter ``a`` at ``|distance|`` (Resize, GridSample).
+def cubic_kernel(distance: Any, a: float, xp: Any = np) -> Any:
+    """Keys' cubic convolution kernel with parameter ``a`` at ``|distance|`` (Resize, GridSample). ``xp`` is the
+    array namespace (``numpy``, or ``torch`` for a framework's tensors: the same names work in both).
 
     >>> cubic_kernel(np.array([0.0, 1.0, 0.5]), -0.75).tolist()
     [1.0, 0.0, 0.59375]
     """
-    d = np.abs(distance)
+    d = xp.abs(distance)
     near = ((a + 2) * d - (a + 3)) * d * d + 1
     far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
-    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+    return xp.where(d <= 1, near, xp.where(d < 2, far, xp.zeros_like(d)))
+
+
+def reflect_coordinates(x: Any, low: float, high: float, xp: Any = np) -> Any:
+    """Fold coordinates back into ``[low, high]`` by mirroring at the borders, repeatedly (GridSample's
+    reflection padding); ``xp`` as for :func:`cubic_kernel`.
+
+    >>> reflect_coordinates(np.array([-0.5, 2.5, 1.0]), 0.0, 2.0).tolist()
+    [0.5, 1.5, 1.0]
+    """
+    span = high - low
+    if span <= 0:
+        return xp.full_like(x, low)
+    below, above = low - x, x - high
+    folds_below, folds_above = xp.floor(below / span), xp.floor(above / span)
+    rest_below, rest_above = below - folds_below * span, above - folds_above * span
+    from_below = xp.where(folds_below % 2 == 0, low + rest_below, high - rest_below)
+    from_above = xp.where(folds_above % 2 == 0, high - rest_above, low + rest_above)
+    return xp.where(x < low, from_below, xp.where(x > high, from_above, x))
 
 
 def resize_plan(op_name: str, shape: Sequence[int], roi: np.ndarray | None, scales: np.ndarray | None,
@@ -830,3 +849,21 @@ def block_attributes(op_name: str, blocksize: Any, mode: Any) -> tuple[int, str]
 
 
 __all__ += ["block_attributes", "range_length"]
+
+
+def lrn_attributes(size: Any, alpha: float, beta: float, bias: float) -> tuple[int, float, float, float]:
+    """LRN's attributes checked: ``size`` odd and >= 1, the others finite. Raises ShapeError saying what to use.
+
+    >>> lrn_attributes(5, 1e-4, 0.75, 1.0)
+    (5, 0.0001, 0.75, 1.0)
+    """
+    if size is None or int(size) < 1 or int(size) % 2 == 0:
+        raise ShapeError(f"LRN: the size attribute is required and must be odd and >= 1 (e.g. size=5), got "
+                         f"{size}; an even window has no centre (onnxruntime refuses it, PyTorch and ONNX's "
+                         f"formula centre it differently): use size - 1 or size + 1")
+    values = (float(alpha), float(beta), float(bias))
+    for name, value in zip(("alpha", "beta", "bias"), values):
+        if not math.isfinite(value):
+            raise ShapeError(f"LRN: attribute {name!r} must be a finite number, got {value}")
+    return (int(size), *values)
+

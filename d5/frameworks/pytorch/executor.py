@@ -180,7 +180,7 @@ class PyTorchGraphExecutor(FrameworkExecutor):
                           stacklevel=3)
         self._compile = bool(compile)
         self._training = self._ops.training
-        self._modules: dict[frozenset, tuple[torch.nn.Module, list[str], list[str]]] = {}
+        self._modules: dict[frozenset, tuple[torch.nn.Module, list[str], list[str], list[str]]] = {}
 
     def make_live_network(self, graph: Network) -> TorchLiveNetwork:
         return TorchLiveNetwork(graph, self._device)
@@ -217,14 +217,15 @@ class PyTorchGraphExecutor(FrameworkExecutor):
         return custom_op(op)
 
     # ------------------------------------------------------------------ the generated module
-    def _module(self, fed: frozenset) -> tuple[torch.nn.Module, list[str], list[str]]:
+    def _module(self, fed: frozenset) -> tuple[torch.nn.Module, list[str], list[str], list[str]]:
         cached = self._modules.get(fed)
         if cached is None:
             cached = self._modules[fed] = self._build(fed)
         return cached
 
-    def _build(self, fed: frozenset) -> tuple[torch.nn.Module, list[str], list[str]]:
-        """A GraphModule computing every graph output the fed inputs determine: ``forward(*inputs, *params)``."""
+    def _build(self, fed: frozenset) -> tuple[torch.nn.Module, list[str], list[str], list[str]]:
+        """A GraphModule computing every graph output the fed inputs determine: ``forward(*inputs, *params)``,
+        with the names of its inputs, outputs and parameters."""
         graph = torch.fx.Graph()
         env: dict[str, torch.fx.Node] = {}
         inputs = [name for name in self.graph.inputs if name in fed]
@@ -258,17 +259,17 @@ class PyTorchGraphExecutor(FrameworkExecutor):
         module = torch.fx.GraphModule(root, graph)
         if self._compile:
             module = torch.compile(module)
-        return module, inputs, outputs
+        return module, inputs, outputs, params
 
     def _run(self, feeds: dict[str, Any], training: bool):
-        module, inputs, outputs = self._module(frozenset(feeds))
+        module, inputs, outputs, params = self._module(frozenset(feeds))
         if training != self._training:  # Module.train() walks every converter: only on a change of mode
             self._ops.train(training)
             self._training = training
         args = [as_module_value(feeds[name], self._device) for name in inputs]
         live = self.network.param_values
         try:
-            values = module(*args, *[live[name] for name in self.graph.params])
+            values = module(*args, *[live[name] for name in params])
         except Exception as err:
             raise self._failure(err) from err
         return dict(zip(outputs, values))
@@ -318,7 +319,7 @@ class PyTorchGraphExecutor(FrameworkExecutor):
                 param.grad = torch.zeros_like(param)  # optimizers then decay it like the reference's do)
             tensors[gradient_name(name)] = param.grad
         self.network.set_pass_tensors(tensors)
-        return {name: as_numpy_value(value) for name, value in tensors.items() if name in values}
+        return {name: as_numpy_value(tensors[name]) for name in values}
 
 
 def _first(result: Any) -> Any:

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints, scalar
-from d5.ops.onnx_semantics import (as_text, int_tuple, normalize_axes, normalized_grid_positions, resize_plan,
-                                   resize_taps)
+from d5.ops.onnx_semantics import (as_text, cubic_kernel, int_tuple, normalize_axes, normalized_grid_positions,
+                                   reflect_coordinates, resize_plan, resize_taps)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -162,27 +162,6 @@ class Resize11(Resize):
 
 # --------------------------------------------------------------------------------------------- GridSample
 
-def _cubic(distance: torch.Tensor, a: float = -0.75) -> torch.Tensor:
-    """Keys' cubic convolution kernel at ``|distance|`` (a torch twin of onnx_semantics.cubic_kernel)."""
-    d = distance.abs()
-    near = ((a + 2) * d - (a + 3)) * d * d + 1
-    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
-    return torch.where(d <= 1, near, torch.where(d < 2, far, torch.zeros_like(d)))
-
-
-def _reflect(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
-    """Fold coordinates back into ``[low, high]`` by mirroring at the borders (repeatedly)."""
-    span = high - low
-    if span <= 0:
-        return torch.full_like(x, low)
-    below, above = low - x, x - high
-    folds_below, folds_above = torch.floor(below / span), torch.floor(above / span)
-    rest_below, rest_above = below - folds_below * span, above - folds_above * span
-    from_below = torch.where(folds_below % 2 == 0, low + rest_below, high - rest_below)
-    from_above = torch.where(folds_above % 2 == 0, high - rest_above, low + rest_above)
-    return torch.where(x < low, from_below, torch.where(x > high, from_above, x))
-
-
 @register("GridSample")
 class GridSample(TorchOp):
     """Sample ``X`` (N, C, *spatial) at the normalized coordinates of ``grid`` (N, *out, ndim), last axis in
@@ -228,7 +207,7 @@ class GridSample(TorchOp):
             if self.padding_mode == "border":
                 coordinate = torch.where(outside, coordinate.clamp(0, size - 1), coordinate)
             elif self.padding_mode == "reflection":
-                coordinate = torch.where(outside, _reflect(coordinate, low, high), coordinate)
+                coordinate = torch.where(outside, reflect_coordinates(coordinate, low, high, torch), coordinate)
             per_axis.append([self._pad_tap(index, weight, size, low, high) for index, weight in self._taps(coordinate)])
         strides = [math.prod(spatial[axis + 1:]) for axis in range(len(spatial))]
         flat = x.reshape(n, channels, -1)
@@ -249,14 +228,14 @@ class GridSample(TorchOp):
         base = base.long()
         if self.mode == "linear":
             return [(base, 1 - t), (base + 1, t)]
-        return [(base + k, _cubic(t - k)) for k in (-1, 0, 1, 2)]
+        return [(base + k, cubic_kernel(t - k, -0.75, torch)) for k in (-1, 0, 1, 2)]
 
     def _pad_tap(self, index: torch.Tensor, weight: torch.Tensor, size: int, low: float, high: float):
         """A tap moved inside the image by padding_mode (zeros: weight 0 outside)."""
         if self.padding_mode == "zeros":
             weight = weight * ((index >= 0) & (index < size)).to(weight.dtype)
         elif self.padding_mode == "reflection":
-            index = torch.trunc(_reflect(index.to(weight.dtype), low, high)).long()
+            index = torch.trunc(reflect_coordinates(index.to(weight.dtype), low, high, torch)).long()
         return index.clamp(0, size - 1), weight
 
 

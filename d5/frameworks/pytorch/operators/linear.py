@@ -19,6 +19,10 @@ class Gemm(TorchOp):
         self.trans_a, self.trans_b = bool(transA), bool(transB)
 
     def forward(self, a, b, c=None):
+        if (self.trans_b and not self.trans_a and self.alpha == 1.0 and a.dim() == 2 and b.dim() == 2
+                and (c is None or self.beta == 0.0 or (self.beta == 1.0 and c.dim() == 1 and c.shape[0] == b.shape[0]))):
+            # A fully connected layer (W stored (out, in), as torch's): torch's own linear, which nn.Linear runs
+            return torch.nn.functional.linear(a, b, None if self.beta == 0.0 else c)
         a = a.t() if self.trans_a else a
         b = b.t() if self.trans_b else b
         if c is not None and self.beta != 0.0:

@@ -4,14 +4,13 @@ per-group and opset 21's per-channel scale/bias), and the transformer-era and ol
 LpNormalization, LRN, MeanVarianceNormalization."""
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F
 
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.pytorch.operators import TorchOp, register
-from d5.ops.onnx_semantics import normalize_axis
+from d5.ops.onnx_semantics import lrn_attributes, normalize_axis
 
 
 @register("BatchNormalization")
@@ -204,15 +203,7 @@ class LRN(TorchOp):
 
     def __init__(self, size: int | None = None, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> None:
         super().__init__()
-        if size is None or int(size) < 1 or int(size) % 2 == 0:
-            raise ShapeError(f"LRN: the size attribute is required and must be odd and >= 1 (e.g. size=5), got "
-                             f"{size}; an even window has no centre (onnxruntime refuses it, PyTorch and ONNX's "
-                             f"formula centre it differently): use size - 1 or size + 1")
-        self.size = int(size)
-        self.alpha, self.beta, self.bias = float(alpha), float(beta), float(bias)
-        for name, value in (("alpha", self.alpha), ("beta", self.beta), ("bias", self.bias)):
-            if not math.isfinite(value):
-                raise ShapeError(f"LRN: attribute {name!r} must be a finite number, got {value}")
+        self.size, self.alpha, self.beta, self.bias = lrn_attributes(size, alpha, beta, bias)
 
     def forward(self, x):
         if x.dim() < 2:

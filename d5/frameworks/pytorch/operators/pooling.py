@@ -77,6 +77,8 @@ class MaxPool(_WindowPool):
         source = x.to(torch.float64) if integer else x
         padded = pad_spatial(source, sides, value=-math.inf)
         rank = x.dim() - 2
+        if not (want_indices or integer):  # torch's kernel without indices (what nn.MaxPool2d calls)
+            return _MAX_POOL[rank](padded, self.kernel_shape, strides, 0, dilations, ceil_mode=False)
         y, flat = _MAX_POOL[rank](padded, self.kernel_shape, strides, 0, dilations, ceil_mode=False,
                                   return_indices=True)
         if integer:

@@ -27,8 +27,8 @@ import numpy as np
 from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import optional_array, require_rank, scalar_input
-from d5.ops.onnx_semantics import (as_text, cubic_kernel, int_tuple, normalized_grid_positions, resize_plan,
-                                   resize_taps)
+from d5.ops.onnx_semantics import (as_text, cubic_kernel, int_tuple, normalized_grid_positions, reflect_coordinates,
+                                   resize_plan, resize_taps)
 from d5.ops.operator import Gradient
 
 
@@ -125,19 +125,6 @@ class Resize(ReferenceOp):
 
 # --------------------------------------------------------------------------------------------- GridSample
 
-def _reflect(x: np.ndarray, low: float, high: float) -> np.ndarray:
-    """Fold coordinates back into ``[low, high]`` by mirroring at the borders (repeatedly)."""
-    span = high - low
-    if span <= 0:
-        return np.full_like(x, low)
-    below, above = low - x, x - high
-    folds_below, folds_above = np.floor(below / span), np.floor(above / span)
-    rest_below, rest_above = below - folds_below * span, above - folds_above * span
-    from_below = np.where(folds_below % 2 == 0, low + rest_below, high - rest_below)
-    from_above = np.where(folds_above % 2 == 0, high - rest_above, low + rest_above)
-    return np.where(x < low, from_below, np.where(x > high, from_above, x))
-
-
 @register("GridSample")
 class GridSample(ReferenceOp):
     """Sample ``X`` (N, C, *spatial) at the normalized coordinates of ``grid`` (N, *out, ndim), last axis
@@ -188,12 +175,12 @@ class GridSample(ReferenceOp):
                 coordinate = np.where((coordinate < low) | (coordinate > high),
                                       np.clip(coordinate, 0, size - 1), coordinate)
             elif self.padding_mode == "reflection":
-                coordinate = _reflect(coordinate, low, high)
+                coordinate = reflect_coordinates(coordinate, low, high)
             taps = []
             for index, weight in self._taps(coordinate):
                 valid = (index >= 0) & (index < size)
                 if self.padding_mode == "reflection":
-                    index = np.trunc(_reflect(index.astype(np.float64), low, high)).astype(np.int64)
+                    index = np.trunc(reflect_coordinates(index.astype(np.float64), low, high)).astype(np.int64)
                     valid = np.ones_like(valid)
                 elif self.padding_mode == "border":  # a tap outside reads the edge (the clip below), not zero
                     valid = np.ones_like(valid)

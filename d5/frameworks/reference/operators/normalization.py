@@ -30,7 +30,7 @@ from d5.frameworks.reference.kernels import as_kernel_array, compute_dtype, load
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import float_compute_dtype, require_broadcastable
 from d5.frameworks.reference.operators.elementwise import unbroadcast
-from d5.ops.onnx_semantics import normalize_axis
+from d5.ops.onnx_semantics import lrn_attributes, normalize_axis
 
 
 _INPUT_NAMES = ("X", "scale", "B", "input_mean", "input_var")
@@ -319,15 +319,7 @@ class LRN(ReferenceOp):
 
     def __init__(self, size: int | None = None, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> None:
         super().__init__()
-        if size is None or int(size) < 1 or int(size) % 2 == 0:
-            raise ShapeError(f"LRN: the size attribute is required and must be odd and >= 1 (e.g. size=5), got "
-                             f"{size}; an even window has no centre (onnxruntime refuses it, PyTorch and ONNX's "
-                             f"formula centre it differently): use size - 1 or size + 1")
-        self.size = int(size)
-        self.alpha, self.beta, self.bias = float(alpha), float(beta), float(bias)
-        for name, value in (("alpha", self.alpha), ("beta", self.beta), ("bias", self.bias)):
-            if not np.isfinite(value):
-                raise ShapeError(f"LRN: attribute {name!r} must be a finite number, got {value}")
+        self.size, self.alpha, self.beta, self.bias = lrn_attributes(size, alpha, beta, bias)
         self.half = (self.size - 1) // 2  # channels on each side of c in the window
 
     def _prepare(self, inputs):

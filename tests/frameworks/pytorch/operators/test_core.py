@@ -58,6 +58,9 @@ CASES = [
     ("gemm_trans_alpha_beta", "Gemm", {"alpha": 0.5, "beta": 2.0, "transA": 1, "transB": 1},
      [_rand(4, 3), _rand(5, 4), _rand(3, 1)], {}),
     ("gemm_no_c", "Gemm", {"alpha": 2.0}, [_rand(3, 4), _rand(4, 2)], {}),
+    ("gemm_linear_layer", "Gemm", {"transB": 1}, [_rand(3, 4), _rand(5, 4), _rand(5)], {}),  # torch's linear
+    ("gemm_linear_layer_no_c", "Gemm", {"transB": 1}, [_rand(3, 4), _rand(5, 4)], {}),
+    ("gemm_linear_layer_row_c", "Gemm", {"transB": 1}, [_rand(3, 4), _rand(5, 4), _rand(1, 5)], {}),
     ("add_broadcast", "Add", {}, [_rand(2, 3, 4), _rand(4)], {}),
     ("sub_broadcast", "Sub", {}, [_rand(2, 1, 4), _rand(3, 1)], {}),
     ("concat", "Concat", {"axis": 1}, [_rand(2, 3), _rand(2, 1), _rand(2, 2)], {}),
