@@ -237,11 +237,10 @@ class PyTorchGraphExecutor(FrameworkExecutor):
         for node, key, names in self._steps:
             if not all(not t or t in env for t in names):
                 continue
-            # The converter's forward, called directly: nn.Module.__call__'s hook machinery costs a training step
-            # of a small network a few percent and d5's converters have no hooks (a user's module, called inside
-            # _NativeCall, keeps its own).
-            converter = graph.get_attr(f"ops.{key}")
-            result = graph.call_method("forward", (converter, *(env[t] if t else None for t in names)))
+            # The converter's bound forward, called directly (a global of the generated code): nn.Module.__call__'s
+            # hook machinery and two attribute lookups per node cost a small network's step a few percent, and d5's
+            # converters have no hooks (a user's module, called inside _NativeCall, keeps its own).
+            result = graph.call_function(self._ops[key].forward, tuple(env[t] if t else None for t in names))
             outputs = [o for o in node.outputs]
             if len(outputs) == 1:
                 env[outputs[0]] = graph.call_function(_first, (result,))
@@ -301,8 +300,11 @@ class PyTorchGraphExecutor(FrameworkExecutor):
 
     def run_training(self, feeds: dict[str, Any], y: str) -> dict[str, np.ndarray]:
         params = self.network.parameters()
+        # Let go of the last pass's tensors and gradients first, so their memory -- still hot in the caches -- is
+        # what this pass allocates (autograd allocates fresh gradients; arrays fetched earlier keep theirs valid).
+        self.network.set_pass_tensors({})
         for param in params:
-            param.grad = None  # autograd allocates fresh gradients; the last pass's stay valid for their holders
+            param.grad = None
         values = self._run(feeds, training=True)
         loss = values.get(y)
         if loss is None:
