@@ -867,3 +867,22 @@ def lrn_attributes(size: Any, alpha: float, beta: float, bias: float) -> tuple[i
             raise ShapeError(f"LRN: attribute {name!r} must be a finite number, got {value}")
     return (int(size), *values)
 
+
+def resize_attributes(mode: Any = "nearest", coordinate_transformation_mode: Any = "half_pixel",
+                      nearest_mode: Any = "round_prefer_floor", cubic_coeff_a: float = -0.75, exclude_outside: int = 0,
+                      extrapolation_value: float = 0.0, antialias: int = 0, axes: Any = None,
+                      keep_aspect_ratio_policy: Any = "stretch") -> dict[str, Any]:
+    """Resize's attributes, normalized under the names every framework's operator keeps them by.
+
+    >>> resize_attributes(mode=b"linear", antialias=1)["antialias"]
+    True
+    """
+    mode = as_text(mode)
+    if mode not in ("nearest", "linear", "cubic"):
+        raise ShapeError(f"Resize: unknown mode {mode!r}; use nearest, linear or cubic")
+    return {"mode": mode, "coordinate_mode": as_text(coordinate_transformation_mode),
+            "nearest_mode": as_text(nearest_mode), "cubic_a": float(cubic_coeff_a),
+            "exclude_outside": bool(exclude_outside), "extrapolation_value": float(extrapolation_value),
+            "antialias": bool(antialias) and mode != "nearest", "axes": int_tuple(axes),
+            "policy": as_text(keep_aspect_ratio_policy)}
+

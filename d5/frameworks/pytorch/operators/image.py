@@ -25,7 +25,7 @@ from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints, scalar
 from d5.ops.onnx_semantics import (as_text, cubic_kernel, int_tuple, normalize_axes, normalized_grid_positions,
-                                   reflect_coordinates, resize_plan, resize_taps)
+                                   reflect_coordinates, resize_attributes, resize_plan, resize_taps)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -64,17 +64,10 @@ class Resize(TorchOp):
                  cubic_coeff_a: float = -0.75, exclude_outside: int = 0, extrapolation_value: float = 0.0,
                  antialias: int = 0, axes=None, keep_aspect_ratio_policy="stretch") -> None:
         super().__init__()
-        self.mode = as_text(mode)
-        if self.mode not in ("nearest", "linear", "cubic"):
-            raise ShapeError(f"Resize: unknown mode {self.mode!r}; use nearest, linear or cubic")
-        self.coordinate_mode = as_text(coordinate_transformation_mode)
-        self.nearest_mode = as_text(nearest_mode)
-        self.cubic_a = float(cubic_coeff_a)
-        self.exclude_outside = bool(exclude_outside)
-        self.extrapolation_value = float(extrapolation_value)
-        self.antialias = bool(antialias) and self.mode != "nearest"
-        self.axes = int_tuple(axes)
-        self.policy = as_text(keep_aspect_ratio_policy)
+        attributes = resize_attributes(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a,
+                                       exclude_outside, extrapolation_value, antialias, axes, keep_aspect_ratio_policy)
+        for name, value in attributes.items():
+            setattr(self, name, value)
 
     def forward(self, x, *rest):
         if x.dim() < 1:

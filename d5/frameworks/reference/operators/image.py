@@ -28,7 +28,7 @@ from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import optional_array, require_rank, scalar_input
 from d5.ops.onnx_semantics import (as_text, cubic_kernel, int_tuple, normalized_grid_positions, reflect_coordinates,
-                                   resize_plan, resize_taps)
+                                   resize_attributes, resize_plan, resize_taps)
 from d5.ops.operator import Gradient
 
 
@@ -62,17 +62,10 @@ class Resize(ReferenceOp):
                  extrapolation_value: float = 0.0, antialias: int = 0, axes: Sequence[int] | None = None,
                  keep_aspect_ratio_policy: str = "stretch") -> None:
         super().__init__()
-        self.mode = as_text(mode)
-        if self.mode not in ("nearest", "linear", "cubic"):
-            raise ShapeError(f"Resize: unknown mode {self.mode!r}; use nearest, linear or cubic")
-        self.coordinate_mode = as_text(coordinate_transformation_mode)
-        self.nearest_mode = as_text(nearest_mode)
-        self.cubic_a = float(cubic_coeff_a)
-        self.exclude_outside = bool(exclude_outside)
-        self.extrapolation_value = float(extrapolation_value)
-        self.antialias = bool(antialias) and self.mode != "nearest"
-        self.axes = int_tuple(axes)
-        self.policy = as_text(keep_aspect_ratio_policy)
+        attributes = resize_attributes(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a,
+                                       exclude_outside, extrapolation_value, antialias, axes, keep_aspect_ratio_policy)
+        for name, value in attributes.items():
+            setattr(self, name, value)
 
     # -- geometry (the rules are d5.ops.onnx_semantics.resize_plan / resize_taps)
     def _plan(self, inputs) -> list[tuple[int, float, int, tuple[float, float] | None]]:
