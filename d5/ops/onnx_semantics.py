@@ -886,3 +886,62 @@ def resize_attributes(mode: Any = "nearest", coordinate_transformation_mode: Any
             "antialias": bool(antialias) and mode != "nearest", "axes": int_tuple(axes),
             "policy": as_text(keep_aspect_ratio_policy)}
 
+
+def grid_sample_modes(mode: Any, padding_mode: Any) -> tuple[str, str]:
+    """GridSample's ``mode`` (opset 16's bilinear/bicubic as linear/cubic) and ``padding_mode``, checked.
+
+    >>> grid_sample_modes(b"bilinear", "border")
+    ('linear', 'border')
+    """
+    text = as_text(mode)
+    resolved = {"bilinear": "linear", "bicubic": "cubic"}.get(text, text)
+    padding = as_text(padding_mode)
+    if resolved not in ("nearest", "linear", "cubic"):
+        raise ShapeError(f"GridSample: unknown mode {mode!r}; use nearest, linear or cubic")
+    if padding not in ("zeros", "border", "reflection"):
+        raise ShapeError(f"GridSample: unknown padding_mode {padding_mode!r}; use zeros, border or reflection")
+    return resolved, padding
+
+
+@dataclasses.dataclass(frozen=True)
+class Col2ImGeometry:
+    """Col2Im's resolved layout: per-axis dilations, pads (begins then ends) and strides, the padded image,
+    the number of blocks along each axis, and the channel count."""
+
+    dilations: tuple[int, ...]
+    pads: tuple[int, ...]
+    strides: tuple[int, ...]
+    padded: tuple[int, ...]
+    blocks: tuple[int, ...]
+    channels: int
+
+
+def col2im_geometry(columns_shape: Sequence[int], image: Sequence[int], block: Sequence[int],
+                    dilations: Sequence[int] | None, pads: Sequence[int] | None,
+                    strides: Sequence[int] | None) -> Col2ImGeometry:
+    """Check Col2Im's input (N, C * prod(block), L) against ``image`` and ``block`` and resolve its layout: the
+    blocks are the windows of a convolution of the padded image by the block (:func:`window_geometry`).
+
+    >>> col2im_geometry((1, 4, 9), [4, 4], [2, 2], None, None, None).blocks
+    (3, 3)
+    """
+    image, block = [int(v) for v in image], [int(v) for v in block]
+    dims = len(image)
+    if len(block) != dims or min(image + block, default=1) < 1:
+        raise ShapeError(f"Col2Im: image_shape {image} and block_shape {block} must have the same length and "
+                         "positive entries")
+    dilations = tuple(dilations or (1,) * dims)
+    pads = tuple(pads or (0,) * (2 * dims))
+    strides = tuple(strides or (1,) * dims)
+    _, rows, count = columns_shape
+    taps = math.prod(block)
+    if rows % taps:
+        raise ShapeError(f"Col2Im: input dimension 1 ({rows}) is not a multiple of prod(block_shape) = {taps}")
+    blocks = tuple(window_geometry(image, block, strides=strides, dilations=dilations, pads=pads,
+                                   op_name="Col2Im").out)
+    if math.prod(blocks) != count:
+        raise ShapeError(f"Col2Im: input has {count} blocks but image_shape {image}, block_shape {block}, pads, "
+                         f"strides and dilations give {math.prod(blocks)}")
+    padded = tuple(image[i] + pads[i] + pads[i + dims] for i in range(dims))
+    return Col2ImGeometry(dilations, pads, strides, padded, blocks, rows // taps)
+

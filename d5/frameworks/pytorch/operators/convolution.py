@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints, pad_spatial, resolve_pads
-from d5.ops.onnx_semantics import as_text, check_window_attributes, window_geometry
+from d5.ops.onnx_semantics import as_text, check_window_attributes, col2im_geometry, window_geometry
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
@@ -130,25 +130,10 @@ class Col2Im(TorchOp):
                              f"block_shape, got shapes {tuple(columns.shape)}, {tuple(image_shape.shape)}, "
                              f"{tuple(block_shape.shape)}")
         image, block = ints(image_shape), ints(block_shape)
-        dims = len(image)
-        if len(block) != dims or min(image + block, default=1) < 1:
-            raise ShapeError(f"Col2Im: image_shape {image} and block_shape {block} must have the same length and "
-                             "positive entries")
-        dilations = self.dilations or [1] * dims
-        pads = self.pads or [0] * (2 * dims)
-        strides = self.strides or [1] * dims
-        n, rows, count = columns.shape
-        taps = math.prod(block)
-        if rows % taps:
-            raise ShapeError(f"Col2Im: input dimension 1 ({rows}) is not a multiple of prod(block_shape) = {taps}")
-        padded = [image[i] + pads[i] + pads[i + dims] for i in range(dims)]
-        # The blocks are the windows of a convolution of the image by the block (the shared window rule).
-        blocks = list(window_geometry(image, block, strides=strides, dilations=dilations, pads=pads,
-                                      op_name="Col2Im").out)
-        if math.prod(blocks) != count:
-            raise ShapeError(f"Col2Im: input has {count} blocks but image_shape {image}, block_shape {block}, pads, "
-                             f"strides and dilations give {math.prod(blocks)}")
-        channels = rows // taps
+        geometry = col2im_geometry(columns.shape, image, block, self.dilations, self.pads, self.strides)
+        dims, n = len(image), columns.shape[0]
+        dilations, pads, strides = list(geometry.dilations), list(geometry.pads), list(geometry.strides)
+        padded, blocks, channels = list(geometry.padded), list(geometry.blocks), geometry.channels
         if dims == 2:
             out = F.fold(columns, padded, block, dilation=dilations, stride=strides)
         else:

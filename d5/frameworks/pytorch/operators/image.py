@@ -24,8 +24,9 @@ import torch.nn.functional as F
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints, scalar
-from d5.ops.onnx_semantics import (as_text, cubic_kernel, int_tuple, normalize_axes, normalized_grid_positions,
-                                   reflect_coordinates, resize_attributes, resize_plan, resize_taps)
+from d5.ops.onnx_semantics import (as_text, cubic_kernel, grid_sample_modes, int_tuple, normalize_axes,
+                                   normalized_grid_positions, reflect_coordinates, resize_attributes, resize_plan,
+                                   resize_taps)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -165,12 +166,7 @@ class GridSample(TorchOp):
     def __init__(self, align_corners: int = 0, mode="linear", padding_mode="zeros") -> None:
         super().__init__()
         self.align_corners = bool(align_corners)
-        self.mode = {"bilinear": "linear", "bicubic": "cubic"}.get(as_text(mode), as_text(mode))
-        self.padding_mode = as_text(padding_mode)
-        if self.mode not in ("nearest", "linear", "cubic"):
-            raise ShapeError(f"GridSample: unknown mode {mode!r}; use nearest, linear or cubic")
-        if self.padding_mode not in ("zeros", "border", "reflection"):
-            raise ShapeError(f"GridSample: unknown padding_mode {padding_mode!r}; use zeros, border or reflection")
+        self.mode, self.padding_mode = grid_sample_modes(mode, padding_mode)
 
     def forward(self, x, grid):
         if x.dim() < 3 or grid.dim() != x.dim() or grid.shape[-1] != x.dim() - 2 or grid.shape[0] != x.shape[0]:

@@ -34,7 +34,7 @@ from d5.frameworks.reference.kernels import Window2D, as_kernel_array, compute_d
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import require_rank
 from d5.frameworks.reference.operators._windows import WindowND, resolve_window, window_kernels
-from d5.ops.onnx_semantics import as_text, check_window_attributes, int_tuple
+from d5.ops.onnx_semantics import as_text, check_window_attributes, col2im_geometry, int_tuple
 from d5.ops.operator import Gradient
 
 
@@ -353,23 +353,10 @@ class Col2Im(ReferenceOp):
         columns = require_rank("Col2Im", inputs[0], "input (N, C * prod(block_shape), L)", rank=3)
         image = [int(v) for v in require_rank("Col2Im", inputs[1], "image_shape", rank=1)]
         block = [int(v) for v in require_rank("Col2Im", inputs[2], "block_shape", rank=1)]
-        dims = len(image)
-        if len(block) != dims or min(image + block, default=1) < 1:
-            raise ShapeError(f"Col2Im: image_shape {image} and block_shape {block} must have the same length and "
-                             "positive entries")
-        dilations = self.dilations or [1] * dims
-        pads = self.pads or [0] * (2 * dims)
-        strides = self.strides or [1] * dims
-        n, rows, count = columns.shape
-        kernel_size = int(np.prod(block))
-        if rows % kernel_size:
-            raise ShapeError(f"Col2Im: input dimension 1 ({rows}) is not a multiple of prod(block_shape) = {kernel_size}")
-        padded_shape = [image[i] + pads[i] + pads[i + dims] for i in range(dims)]
-        blocks = [(padded_shape[i] - ((block[i] - 1) * dilations[i] + 1)) // strides[i] + 1 for i in range(dims)]
-        if int(np.prod(blocks)) != count:
-            raise ShapeError(f"Col2Im: input has {count} blocks but image_shape {image}, block_shape {block}, pads, "
-                             f"strides and dilations give {int(np.prod(blocks))}")
-        channels = rows // kernel_size
+        geometry = col2im_geometry(columns.shape, image, block, self.dilations, self.pads, self.strides)
+        dims, n = len(image), columns.shape[0]
+        dilations, pads, strides = geometry.dilations, geometry.pads, geometry.strides
+        padded_shape, blocks, channels = list(geometry.padded), list(geometry.blocks), geometry.channels
         cols = columns.reshape([n, channels] + block + blocks)
         out = np.zeros([n, channels] + padded_shape, dtype=columns.dtype)
         for offset in itertools.product(*[range(k) for k in block]):

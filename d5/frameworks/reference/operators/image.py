@@ -27,8 +27,8 @@ import numpy as np
 from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import optional_array, require_rank, scalar_input
-from d5.ops.onnx_semantics import (as_text, cubic_kernel, int_tuple, normalized_grid_positions, reflect_coordinates,
-                                   resize_attributes, resize_plan, resize_taps)
+from d5.ops.onnx_semantics import (as_text, cubic_kernel, grid_sample_modes, int_tuple, normalized_grid_positions,
+                                   reflect_coordinates, resize_attributes, resize_plan, resize_taps)
 from d5.ops.operator import Gradient
 
 
@@ -128,12 +128,7 @@ class GridSample(ReferenceOp):
     def __init__(self, align_corners: int = 0, mode: str = "linear", padding_mode: str = "zeros") -> None:
         super().__init__()
         self.align_corners = bool(align_corners)
-        self.mode = {"bilinear": "linear", "bicubic": "cubic"}.get(as_text(mode), as_text(mode))
-        self.padding_mode = as_text(padding_mode)
-        if self.mode not in ("nearest", "linear", "cubic"):
-            raise ShapeError(f"GridSample: unknown mode {mode!r}; use nearest, linear or cubic")
-        if self.padding_mode not in ("zeros", "border", "reflection"):
-            raise ShapeError(f"GridSample: unknown padding_mode {padding_mode!r}; use zeros, border or reflection")
+        self.mode, self.padding_mode = grid_sample_modes(mode, padding_mode)
 
     def _taps(self, coordinate: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """(index, weight) pairs of the input points each coordinate reads."""
