@@ -108,6 +108,10 @@ class Network:
         self._nodes: dict[str, Node] = {}
         self._outputs: list[str] = []
         self._order: list[Node] | None = None  # cached topological order, reset by every edit
+        self._trainable_names: list[str] | None = None  # cached get_params(), reset by every edit
+        #: Counts edits (inputs, parameters, nodes, outputs, trainability): caches of what the graph declares
+        #: key on it.
+        self.version = 0
         #: True for a control-flow body (the graph attribute of If, Loop, Scan): it may read tensors of the
         #: enclosing graphs by name (its :attr:`captures`), which the enclosing graph's validation checks.
         self.is_subgraph = False
@@ -144,7 +148,9 @@ class Network:
 
     def get_params(self) -> list[str]:
         """Names of the trainable parameters, in insertion order."""
-        return [name for name, trainable in self._trainable.items() if trainable]
+        if self._trainable_names is None:  # read by every training step: computed once per edit
+            self._trainable_names = [name for name, trainable in self._trainable.items() if trainable]
+        return list(self._trainable_names)
 
     def is_trainable(self, name: str) -> bool:
         return self._trainable.get(name, False)
@@ -316,7 +322,7 @@ class Network:
                         for k, n in self._nodes.items()}
         clone.declared_types = dict(self.declared_types)
         clone._outputs = list(self._outputs)
-        clone._order = None
+        clone._order = clone._trainable_names = None
         return clone
 
     # ------------------------------------------------------------------ parameter values
@@ -384,7 +390,8 @@ class Network:
 
     # ------------------------------------------------------------------ internals
     def _edited(self) -> None:
-        self._order = None
+        self._order = self._trainable_names = None
+        self.version += 1
 
     def _node_name(self, name: str | None, op_type: str) -> str:
         if name is not None:

@@ -100,7 +100,7 @@ class Optimizer(abc.ABC):
             loss_value = outputs.get(self.loss)
             if loss_value is not None:
                 # float() of a 0-d/size-1 array is cheap; np.isfinite covers per-sample loss vectors too
-                finite = math.isfinite(float(loss_value)) if np.size(loss_value) == 1 \
+                finite = math.isfinite(float(loss_value)) if getattr(loss_value, "size", None) == 1 \
                     else bool(np.isfinite(loss_value).all())
                 if not finite:
                     self._raise_divergence(loss_value)

@@ -9,6 +9,7 @@ are passed to the generated module on every call, so a value an optimizer feeds 
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import operator
 import warnings
@@ -23,7 +24,7 @@ from d5.frameworks.allocator import keep_freed_memory
 from d5.frameworks.base import FrameworkExecutor
 from d5.frameworks.placement import nodes_on_reference
 from d5.frameworks.pytorch.custom_op import CustomOpModule, custom_op
-from d5.frameworks.pytorch.operators import create_operator
+from d5.frameworks.pytorch.operators import TorchOp, create_operator
 from d5.network.executor import LiveNetwork
 from d5.network.operator_errors import operator_failure
 from d5.network.graph import Network, Node, gradient_name, like_param, node_captures, require_name
@@ -124,12 +125,23 @@ class TorchLiveNetwork(LiveNetwork):
         native = native_tensors(graph)  # a user's module keeps its own tensors
         self.param_values: dict[str, torch.Tensor] = {
             name: native[name] if name in native else
-            (torch.nn.Parameter(_to_torch(value, device)) if graph.is_trainable(name) else as_module_value(value, device))
+            (torch.nn.Parameter(_owned(_to_torch(value, device))) if graph.is_trainable(name)
+             else _owned(as_module_value(value, device)))
             for name, value in graph.params.items()}
+        self._trainable: tuple[int, list[str], list[torch.nn.Parameter]] | None = None
 
     def parameters(self) -> list[torch.nn.Parameter]:
         """The trainable parameters, in ``get_params()`` order (what torch optimizers take)."""
-        return [self.param_values[name] for name in self.get_params()]
+        return list(self.trainable()[1])
+
+    def trainable(self) -> tuple[list[str], list[torch.nn.Parameter]]:
+        """The gradient names and the tensors of the trainable parameters, in ``get_params()`` order; computed
+        once per edit of the graph (a training step reads them)."""
+        if self._trainable is None or self._trainable[0] != self.graph.version:
+            names = self.get_params()
+            self._trainable = (self.graph.version, [gradient_name(name) for name in names],
+                               [self.param_values[name] for name in names])
+        return self._trainable[1], self._trainable[2]
 
     def as_numpy(self, value: Any) -> Any:
         return as_numpy_value(value)
@@ -240,9 +252,12 @@ class PyTorchGraphExecutor(FrameworkExecutor):
             # The converter's bound forward, called directly (a global of the generated code): nn.Module.__call__'s
             # hook machinery and two attribute lookups per node cost a small network's step a few percent, and d5's
             # converters have no hooks (a user's module, called inside _NativeCall, keeps its own).
-            result = graph.call_function(self._ops[key].forward, tuple(env[t] if t else None for t in names))
+            op = self._ops[key]
+            result = graph.call_function(op.forward, tuple(env[t] if t else None for t in names))
             outputs = [o for o in node.outputs]
-            if len(outputs) == 1:
+            if len(outputs) == 1 and isinstance(op, TorchOp) and _single_output(node, self.graph.opset):
+                env[outputs[0]] = result  # a converter of a one-output operator returns a tensor
+            elif len(outputs) == 1:
                 env[outputs[0]] = graph.call_function(_first, (result,))
             else:
                 for position, name in enumerate(outputs):
@@ -256,9 +271,10 @@ class PyTorchGraphExecutor(FrameworkExecutor):
         root = torch.nn.Module()
         root.ops = self._ops
         module = torch.fx.GraphModule(root, graph)
-        if self._compile:
-            module = torch.compile(module)
-        return module, inputs, outputs, params
+        # The generated forward, called directly: nn.Module.__call__ and GraphModule's error-reporting wrapper
+        # cost a small network's step about 1% (failures are d5 errors from self._failure anyway).
+        call = torch.compile(module) if self._compile else module.forward
+        return call, inputs, outputs, params
 
     def _run(self, feeds: dict[str, Any], training: bool):
         module, inputs, outputs, params = self._module(frozenset(feeds))
@@ -299,10 +315,13 @@ class PyTorchGraphExecutor(FrameworkExecutor):
         return {name: as_numpy_value(value) for name, value in values.items()}
 
     def run_training(self, feeds: dict[str, Any], y: str) -> dict[str, np.ndarray]:
-        params = self.network.parameters()
+        # Python work between torch's kernels runs with cold caches (a step's tensors evict the interpreter's
+        # data), at several times its warm cost: on a small network every lookup here shows in the step time.
+        network = self.network
+        names, params = network.trainable()
         # Let go of the last pass's tensors and gradients first, so their memory -- still hot in the caches -- is
         # what this pass allocates (autograd allocates fresh gradients; arrays fetched earlier keep theirs valid).
-        self.network.set_pass_tensors({})
+        network.set_pass_tensors({})
         for param in params:
             param.grad = None
         values = self._run(feeds, training=True)
@@ -315,13 +334,28 @@ class PyTorchGraphExecutor(FrameworkExecutor):
                 loss.backward(None if loss.dim() == 0 else torch.ones_like(loss))
             except Exception as err:
                 raise self._failure(err, "backward") from err
-        tensors = {name: value.detach() if isinstance(value, torch.Tensor) else value for name, value in values.items()}
-        for name, param in zip(self.graph.get_params(), params):
+        outputs = {name: as_numpy_value(value) for name, value in values.items()}
+        for name, param in zip(names, params):
             if param.grad is None:  # y does not depend on it: a zero gradient, as on every framework (and torch
                 param.grad = torch.zeros_like(param)  # optimizers then decay it like the reference's do)
-            tensors[gradient_name(name)] = param.grad
-        self.network.set_pass_tensors(tensors)
-        return {name: as_numpy_value(tensors[name]) for name in values}
+            values[name] = param.grad
+        network.set_pass_tensors(values)  # outputs as autograd left them: fetches detach them
+        return outputs
+
+
+@functools.lru_cache(maxsize=None)
+def _single_output_schema(op_type: str, domain: str, opset: int) -> bool:
+    import onnx.defs
+
+    try:
+        return onnx.defs.get_schema(op_type, opset, domain).max_output == 1
+    except onnx.defs.SchemaError:  # d5's own operators (ai.d5) have no ONNX schema
+        return False
+
+
+def _single_output(node: Node, opset: int) -> bool:
+    """Whether ``node``'s ONNX operator has exactly one output (its converter then returns a tensor, not a tuple)."""
+    return node.domain in ("", "ai.onnx") and _single_output_schema(node.op_type, node.domain, opset)
 
 
 def _first(result: Any) -> Any:
@@ -365,9 +399,19 @@ def as_module_value(value: Any, device: torch.device) -> Any:
 def as_numpy_value(value: Any) -> Any:
     """A module output as NumPy: tensors as arrays (zero-copy on the CPU), sequences element by element."""
     if isinstance(value, torch.Tensor):
+        if value.is_cpu and value.dtype is not torch.bfloat16:  # the common case, first
+            return value.detach().numpy()
         return _to_numpy(value)
     if isinstance(value, (list, tuple)):
         return [as_numpy_value(v) for v in value]
+    return value
+
+
+def _owned(value: Any) -> Any:
+    """A CPU tensor in memory of torch's own (a copy of one viewing a NumPy array): torch aligns its blocks for
+    its vector kernels, NumPy only to 16 bytes, and a step with misaligned weights was measurably slower."""
+    if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+        return value.clone()
     return value
 
 

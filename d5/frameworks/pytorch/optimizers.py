@@ -23,8 +23,11 @@ class _TorchOptimizer(Optimizer):
     Subclasses name the torch class and map their hyper-parameter attributes to its parameter-group keys."""
 
     torch_class: type[torch.optim.Optimizer]
-    #: d5 attribute -> torch parameter-group key, copied before every step (schedules change the attributes).
+    #: d5 attribute -> torch parameter-group key (schedules change the attributes).
     group_keys: Mapping[str, str] = {"lr": "lr", "weight_decay": "weight_decay"}
+    #: Attributes whose change updates torch's parameter groups: the group keys' attributes and what they derive
+    #: from (Adam's ``betas`` from ``beta1`` and ``beta2``).
+    pushed_attributes: frozenset[str] = frozenset(group_keys)
 
     def __init__(self, executor: Any, loss: str, check_divergence: bool, lr: float, weight_decay: float,
                  **fixed: Any) -> None:
@@ -38,6 +41,15 @@ class _TorchOptimizer(Optimizer):
         self.weight_decay = check_hyperparameter("weight_decay", weight_decay)
         self.torch_optimizer = self.torch_class(parameters(), **self._group(), **fixed)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A hyper-parameter set between steps (a schedule's lr) goes into torch's parameter groups at once, so a
+        # step itself copies nothing.
+        super().__setattr__(name, value)
+        if name in self.pushed_attributes and "torch_optimizer" in self.__dict__:
+            group = self._group()
+            for param_group in self.torch_optimizer.param_groups:
+                param_group.update(group)
+
     def _group(self) -> dict[str, Any]:
         return {key: getattr(self, attribute) for attribute, key in self.group_keys.items()}
 
@@ -45,9 +57,6 @@ class _TorchOptimizer(Optimizer):
         check_batch(inputs, f"{type(self).__name__}.step")
         outputs = self.executor.inference_and_backprop(inputs, self.loss)
         self.finish_step(outputs)  # raises on a NaN loss before any parameter changes
-        group = self._group()
-        for param_group in self.torch_optimizer.param_groups:
-            param_group.update(group)
         self.torch_optimizer.step()
         return outputs
 
@@ -71,6 +80,7 @@ class MomentumOptimizer(_TorchOptimizer):
     torch_class = torch.optim.SGD
     group_keys = {"lr": "lr", "weight_decay": "weight_decay", "momentum": "momentum", "dampening": "dampening",
                   "nesterov": "nesterov"}
+    pushed_attributes = frozenset(group_keys)
 
     def __init__(self, executor: Any, lr: float = 0.01, momentum: float = 0.9, nesterov: bool = False,
                  loss: str = "loss", weight_decay: float = 0.0, dampening: float = 0.0,
@@ -86,6 +96,7 @@ class AdamOptimizer(_TorchOptimizer):
 
     torch_class = torch.optim.Adam
     group_keys = {"lr": "lr", "weight_decay": "weight_decay", "betas": "betas", "epsilon": "eps"}
+    pushed_attributes = frozenset(group_keys) | {"beta1", "beta2"}
 
     def __init__(self, executor: Any, lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
                  epsilon: float = 1e-8, loss: str = "loss", weight_decay: float = 0.0,
@@ -116,6 +127,7 @@ class AdaGradOptimizer(_TorchOptimizer):
 
     torch_class = torch.optim.Adagrad
     group_keys = {"lr": "lr", "weight_decay": "weight_decay", "lr_decay": "lr_decay", "epsilon": "eps"}
+    pushed_attributes = frozenset(group_keys)
 
     def __init__(self, executor: Any, lr: float = 0.01, lr_decay: float = 0.0, epsilon: float = 1e-10,
                  initial_accumulator_value: float = 0.0, loss: str = "loss", weight_decay: float = 0.0,
@@ -133,6 +145,7 @@ class RMSPropOptimizer(_TorchOptimizer):
     torch_class = torch.optim.RMSprop
     group_keys = {"lr": "lr", "weight_decay": "weight_decay", "alpha": "alpha", "epsilon": "eps",
                   "momentum": "momentum", "centered": "centered"}
+    pushed_attributes = frozenset(group_keys)
 
     def __init__(self, executor: Any, lr: float = 0.01, alpha: float = 0.99, epsilon: float = 1e-8,
                  momentum: float = 0.0, centered: bool = False, loss: str = "loss", weight_decay: float = 0.0,

@@ -148,7 +148,7 @@ def test_the_generated_module_is_a_torch_fx_graph_module_per_fed_input_set():
     batch = {"input": np.zeros((2, 1, 28, 28), np.float32), "label": np.array([1, 2])}
     assert sorted(executor.inference({"input": batch["input"]})) == ["output"]
     executor.inference_and_backprop(batch)
-    modules = [entry[0] for entry in executor._modules.values()]
+    modules = [entry[0].__self__ for entry in executor._modules.values()]  # the bound generated forward
     assert len(modules) == 2 and all(isinstance(m, torch.fx.GraphModule) for m in modules)
     assert compare_executors(executor, reference.from_model(d5.models.lenet5()), batch)
 

@@ -50,6 +50,13 @@ class Conv(_ConvAttributes):
     """ONNX Conv: ``Y = conv(X, W) + B``; W is (M, C/group, kernel...)."""
 
     def forward(self, x, w, b=None):
+        conv, sides, strides, padding, dilations = self.planned((x.shape, w.shape), self._plan, x, w)
+        if sides is not None:
+            x = pad_spatial(x, sides)
+        return conv(x, w, b, strides, padding, dilations, self.group)
+
+    def _plan(self, x, w):
+        """torch's convolution and its arguments for these shapes; ``sides`` (None: none) pads X first."""
         kernel = self._check(x, w)
         if x.shape[1] != w.shape[1] * self.group:
             raise ShapeError(f"Conv: X has {x.shape[1]} channels but W {tuple(w.shape)} with group={self.group} "
@@ -58,9 +65,7 @@ class Conv(_ConvAttributes):
                                                     self.dilations, self.pads, self.auto_pad, clamp_same_pads=True)
         symmetric = all(begin == end >= 0 for begin, end in sides)
         padding = [begin for begin, _ in sides] if symmetric else 0
-        if not symmetric:
-            x = pad_spatial(x, sides)
-        return _CONV[x.dim() - 2](x, w, b, stride=strides, padding=padding, dilation=dilations, groups=self.group)
+        return _CONV[x.dim() - 2], None if symmetric else sides, strides, padding, dilations
 
 
 @register("ConvTranspose")

@@ -80,11 +80,19 @@ class SoftmaxCrossEntropyLoss(NegativeLogLikelihoodLoss):
     node names two outputs."""
 
     def forward(self, scores, labels, weights=None):
-        log_prob = torch.log_softmax(scores, dim=1)
-        loss = self._nll(log_prob, labels, weights)
         if self.node_output_count is not None and self.node_output_count > 1:
-            return loss, log_prob
-        return loss
+            log_prob = torch.log_softmax(scores, dim=1)
+            return self._nll(log_prob, labels, weights), log_prob
+        if scores.dim() >= 2 and (weights is None or not weights.requires_grad):
+            labels = labels.long()
+            try:  # torch's cross_entropy (log_softmax and nll_loss in one call, as nn.CrossEntropyLoss)
+                return F.cross_entropy(scores, labels, weight=None if weights is None else weights.to(scores.dtype),
+                                       ignore_index=-100 if self.ignore_index is None else self.ignore_index,
+                                       reduction=self.reduction)
+            except (IndexError, RuntimeError):
+                self._check_labels(scores, labels)
+                raise
+        return self._nll(torch.log_softmax(scores, dim=1), labels, weights)
 
 
 @register("MeanSquaredError")

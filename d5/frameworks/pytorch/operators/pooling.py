@@ -37,6 +37,10 @@ class _WindowPool(TorchOp):
                                 strides=self.strides, dilations=self.dilations, pads=self.pads)
 
     def _window(self, x):
+        """The window geometry, strides, dilations and pads (see resolve_pads) for X's shape."""
+        return self.planned(x.shape, self._resolve_window, x)
+
+    def _resolve_window(self, x):
         if x.dim() not in (3, 4, 5) or len(self.kernel_shape) != x.dim() - 2:
             raise ShapeError(f"{self.op_name}: X must be (N, C, spatial...) with {len(self.kernel_shape)} spatial "
                              f"axes for kernel_shape {list(self.kernel_shape)}, got shape {tuple(x.shape)}")
@@ -67,12 +71,10 @@ class MaxPool(_WindowPool):
         self.storage_order = int(storage_order)
 
     def forward(self, x):
-        geometry, strides, dilations, sides = self._window(x)
+        geometry, strides, dilations, sides, subsample = self.planned(x.shape, self._plan, x)
         want_indices = self.node_output_count is not None and self.node_output_count > 1
-        if not want_indices and _subsamples(self.kernel_shape, sides, geometry.out, x.shape[2:], strides):
-            # A 1x1 window with strides only picks every stride-th element (a CIFAR ResNet's option-A shortcut):
-            # a strided view, free, where the pooling kernel would read and write the whole tensor.
-            return x[(slice(None), slice(None), *(slice(None, None, step) for step in strides))]
+        if not want_indices and subsample is not None:
+            return x[subsample]
         integer = not x.is_floating_point()
         source = x.to(torch.float64) if integer else x
         padded = pad_spatial(source, sides, value=-math.inf)
@@ -87,6 +89,16 @@ class MaxPool(_WindowPool):
         if not want_indices:
             return y
         return y, self._onnx_indices(flat, padded.shape[2:], x.shape, sides, torch.isinf(y) & (y < 0))
+
+    def _plan(self, x):
+        """The window (see _window) and, when the pooling only subsamples, the strided slice that does it."""
+        geometry, strides, dilations, sides = self._resolve_window(x)
+        subsample = None
+        if _subsamples(self.kernel_shape, sides, geometry.out, x.shape[2:], strides):
+            # A 1x1 window with strides only picks every stride-th element (a CIFAR ResNet's option-A shortcut):
+            # a strided view, free, where the pooling kernel would read and write the whole tensor.
+            subsample = (slice(None), slice(None), *(slice(None, None, step) for step in strides))
+        return geometry, strides, dilations, sides, subsample
 
     def _onnx_indices(self, flat, padded_spatial, x_shape, sides, empty):
         # torch's indices are flat within each padded (n, c) plane: back to coordinates in X's plane.
@@ -133,9 +145,12 @@ class AveragePool(_WindowPool):
         # avg_pool lacks).
         sums = _CONV[rank](padded.reshape(n * c, 1, *padded.shape[2:]), ones, stride=strides, dilation=dilations)
         sums = sums.reshape(n, c, *sums.shape[2:])
-        counts = torch.as_tensor(self._counts(x.shape[2:], geometry, strides, dilations), dtype=x.dtype,
-                                 device=x.device)
+        counts = self.planned((x.shape, x.dtype, x.device), self._divisors, x, geometry, strides, dilations)
         return torch.where(counts > 0, sums / torch.clamp(counts, min=1), torch.zeros_like(sums))
+
+    def _divisors(self, x, geometry, strides, dilations) -> torch.Tensor:
+        counts = self._counts(x.shape[2:], geometry, strides, dilations)
+        return torch.as_tensor(counts, dtype=x.dtype, device=x.device)
 
     def _counts(self, spatial, geometry, strides, dilations) -> np.ndarray:
         counts = np.ones((), dtype=np.int64)
