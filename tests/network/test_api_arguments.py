@@ -163,3 +163,23 @@ def test_inference_and_backprop_needs_y_to_name_a_tensor(y):
     batch = {"input": np.zeros((2, 1, 28, 28), np.float32), "label": np.zeros(2, np.int64)}
     with pytest.raises(GraphError, match="y must name the tensor to differentiate"):
         executor.inference_and_backprop(batch, y=y)
+
+
+def test_a_batch_like_the_last_accepted_one_is_still_checked_where_it_differs():
+    """check_inputs lets a batch of the same names, dtypes and shapes as the last accepted one through without
+    the full check; any difference (dtype, shape, graph edit) gets the full check again."""
+    executor = identity_executor()
+    x = np.ones((3, 2), np.float32)
+    assert executor.check_inputs({"x": x})["x"] is x
+    assert executor.check_inputs({"x": x})["x"] is x  # the memo
+    assert executor.check_inputs({"x": x.astype(np.float64)})["x"].dtype == np.float32  # cast, not passed through
+    with pytest.raises(ShapeError, match="expected shape"):
+        executor.check_inputs({"x": np.ones((3, 3), np.float32)})
+    with pytest.raises(ShapeError, match="expected dtype"):
+        executor.check_inputs({"x": np.ones((3, 2), np.int64)})
+    assert executor.check_inputs({"x": x})["x"] is x
+    version = executor.graph.version
+    executor.graph.add_input("z", (4,), "float32")  # an edit: the next batch is checked in full
+    assert executor.graph.version > version
+    with pytest.raises(GraphError, match="unknown input 'w'"):
+        executor.check_inputs({"x": x, "w": x})

@@ -98,6 +98,37 @@ def test_a_learning_rate_schedule_reaches_the_torch_optimizer():
     np.testing.assert_array_equal(executor.network.fetch_tensor("fc2.weight"), before)
 
 
+def test_hyperparameters_set_between_steps_reach_the_torch_parameter_groups():
+    executor = pytorch.from_model(d5.models.mlp((4,), hidden=(3,), num_classes=2))
+    adam = pytorch.AdamOptimizer(executor, lr=0.1)
+    adam.beta1, adam.epsilon, adam.weight_decay = 0.5, 1e-3, 0.01
+    group = adam.torch_optimizer.param_groups[0]
+    assert (group["betas"], group["eps"], group["weight_decay"], group["lr"]) == ((0.5, 0.999), 1e-3, 0.01, 0.1)
+    momentum = pytorch.MomentumOptimizer(executor, lr=0.1)
+    momentum.momentum, momentum.nesterov = 0.5, True
+    assert momentum.torch_optimizer.param_groups[0]["momentum"] == 0.5
+    assert momentum.torch_optimizer.param_groups[0]["nesterov"] is True
+
+
+def test_converters_plan_each_input_shape_anew():
+    """Conv and pooling memoize their geometry per input shape: a new shape gets its own (SAME padding differs
+    between odd and even sizes), checked against the reference on each."""
+    net = d5.Network()
+    net.add_input("x", ("N", 1, "H", "W"), "float32")
+    net.add_param("w", np.random.default_rng(0).standard_normal((2, 1, 3, 3)).astype(np.float32))
+    net.add_node("Conv", ["x", "w"], ["c"], auto_pad="SAME_UPPER", strides=[2, 2])
+    net.add_node("MaxPool", ["c"], ["y"], kernel_shape=[2, 2], auto_pad="SAME_LOWER", strides=[2, 2])
+    net.add_node("AveragePool", ["c"], ["z"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    net.add_output("y")
+    net.add_output("z")
+    executor, oracle = pytorch.from_model(net), reference.from_model(net)
+    for shape in [(2, 1, 7, 7), (1, 1, 8, 6), (2, 1, 7, 7), (3, 1, 5, 9)]:
+        x = {"x": np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)}
+        ours, expected = executor.inference(x), oracle.inference(x)
+        for name in ("y", "z"):
+            np.testing.assert_allclose(ours[name], expected[name], rtol=1e-5, atol=1e-6)
+
+
 def test_a_nan_loss_is_a_divergence_error_before_any_update():
     executor = pytorch.from_model(d5.models.mlp((4,), hidden=(3,), num_classes=2))
     optimizer = pytorch.MomentumOptimizer(executor, lr=0.1)
