@@ -74,9 +74,13 @@ class FrameworkNotInstalledError(D5Error, ImportError):
     """A framework d5 was asked to use is not installed."""
 
 
+class CheckpointError(D5Error):
+    """A checkpoint is corrupt, incomplete, from another network or from an incompatible d5 version."""
+
+
 __all__ = [
     "D5Error", "GraphError", "SchemaError", "ShapeError", "UnsupportedOperatorError", "OperatorError",
     "InsufficientMemoryError", "OnnxImportError",
     "DatasetError", "CompileError", "DivergenceError", "DistributedError", "RecipeError",
-    "FrameworkNotInstalledError", "InvalidHyperparameterError",
+    "FrameworkNotInstalledError", "InvalidHyperparameterError", "CheckpointError",
 ]

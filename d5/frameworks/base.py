@@ -123,6 +123,38 @@ class FrameworkExecutor(GraphExecutor):
         y = self.check_loss_name(y)
         return self.run_training(self.check_inputs(inputs), y)
 
+    # ------------------------------------------------------------------ random streams (checkpoints)
+    def operators(self) -> dict[str, Any]:
+        """The executor's operator object of each node, by node name (override: where the framework keeps them)."""
+        return {}
+
+    def random_state(self) -> dict[str, Any]:
+        """The state of every random stream the executor draws from (Dropout masks...), as plain values and NumPy
+        arrays, so a checkpoint restores them and a resumed run draws what an uninterrupted one would. By default
+        the ``random_state()`` of each operator that has one, by node name.
+
+        >>> from d5.frameworks import reference
+        >>> import d5
+        >>> reference.from_model(d5.models.mlp((4,), hidden=(3,), num_classes=2)).random_state()
+        {'operators': {}}
+        """
+        return {"operators": {name: op.random_state() for name, op in self.operators().items()
+                              if callable(getattr(op, "random_state", None))}}
+
+    def set_random_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`random_state` returned (on an executor of the same network)."""
+        operators = self.operators()
+        saved = state.get("operators", {}) if isinstance(state, Mapping) else None
+        if saved is None or set(saved) - set(operators):
+            raise D5Error(f"random state for operators {sorted(set(saved or {}) - set(operators))} that this "
+                          f"{type(self).__name__} does not have: it was saved from another network")
+        for name, value in saved.items():
+            setter = getattr(operators[name], "set_random_state", None)
+            if setter is None:
+                raise D5Error(f"node {name!r}: its operator keeps no random state here, but the saved state has one "
+                              "(saved from another framework?)")
+            setter(value)
+
 
 #: Loss operators a framework's ``from_native`` accepts by name, with the dtype of the labels they take (None:
 #: the model input's).

@@ -197,6 +197,18 @@ class PyTorchGraphExecutor(FrameworkExecutor):
     def make_live_network(self, graph: Network) -> TorchLiveNetwork:
         return TorchLiveNetwork(graph, self._device)
 
+    def operators(self) -> dict[str, torch.nn.Module]:
+        return {node.name: self._ops[key] for node, key, _ in self._steps}
+
+    def random_state(self) -> dict[str, Any]:
+        """The operators' seeded generators and torch's global CPU generator (unseeded Dropout draws from it)."""
+        return {**super().random_state(), "torch": torch.get_rng_state().numpy()}
+
+    def set_random_state(self, state: Any) -> None:
+        super().set_random_state(state)
+        if isinstance(state, dict) and state.get("torch") is not None:
+            torch.set_rng_state(torch.from_numpy(np.asarray(state["torch"], dtype=np.uint8).copy()))
+
     def _make_op(self, node: Node, strict: bool) -> torch.nn.Module:
         if isinstance(node.custom_op, NativeModuleOp):
             return _NativeCall(node.custom_op.module, len(node.inputs), node.custom_op.loss_of)

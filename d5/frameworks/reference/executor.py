@@ -95,6 +95,9 @@ class ReferenceGraphExecutor(FrameworkExecutor):
     def make_live_network(self, graph: Network) -> ReferenceLiveNetwork:
         return ReferenceLiveNetwork(graph)
 
+    def operators(self) -> dict[str, CustomOp]:
+        return {step.node.name: step.op for step in self._steps}
+
     @property
     def fallback_operators(self) -> list[str]:
         """Op types running on the onnx.reference fallback (empty unless built with ``fallback=True``)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -270,6 +271,15 @@ class Dropout(TorchOp):
         self._generator = None
         if seed is not None:
             self._generator = torch.Generator().manual_seed(int(seed) % 2 ** 63)
+
+    def random_state(self):
+        """The seeded generator's state as a uint8 array (None: masks come from torch's global generator, which
+        the executor's random state holds), for checkpoints."""
+        return None if self._generator is None else self._generator.get_state().numpy()
+
+    def set_random_state(self, state) -> None:
+        if self._generator is not None and state is not None:
+            self._generator.set_state(torch.from_numpy(np.asarray(state, dtype=np.uint8).copy()))
 
     def forward(self, data, ratio=None, training_mode=None):
         ratio = self.default_ratio if ratio is None else scalar(ratio, float)

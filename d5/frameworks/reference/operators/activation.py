@@ -232,6 +232,13 @@ class Dropout(ReferenceOp):
         """Restart the random stream: the next forward draws the same mask as the first one did."""
         self._rng = np.random.default_rng(self._seed_sequence)
 
+    def random_state(self) -> dict:
+        """The mask stream's position (NumPy's bit-generator state), for checkpoints."""
+        return self._rng.bit_generator.state
+
+    def set_random_state(self, state: dict) -> None:
+        self._rng.bit_generator.state = state
+
     def forward(self, inputs):
         data = inputs[0]
         ratio, active = self._ratio_and_active(inputs)
