@@ -14,17 +14,30 @@ on how many times the sampler was iterated before, so a resumed run calls ``set_
 same batches as the uninterrupted one. The same holds for ``transform``: batch ``b`` of epoch ``e`` is
 transformed with the generator ``numpy.random.default_rng((seed, e, TRANSFORM_STREAM, b))`` (see
 :meth:`Sampler.transform_rng`), independent of the shuffling stream and of the batches before it.
+
+State (for checkpoints): ``state_dict()`` is the epoch in progress and the number of its batches already
+yielded (plus the seed and the configuration a state must match); ``load_state_dict(state)`` on a sampler
+built the same way makes the next ``iter()`` continue with exactly the batches -- indices and transform
+randomness -- that the interrupted iteration would have yielded next. The dict holds only ints, strs, bools
+and dicts of them, so it fits a JSON or ``.npz`` checkpoint.
+
+Besides :class:`OrderedSampler` and :class:`ShuffleSampler` there are :class:`BucketSampler` (batches of
+examples of similar length, for sequences) and :class:`ChoiceSampler` (a random choice with or without
+replacement, ``num_samples`` per epoch), all seeded per epoch in the same way.
 """
 from __future__ import annotations
 
 import abc
+import collections.abc
+import hashlib
+import itertools
 import math
 import numbers
-from typing import Callable, Dict, Iterator, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from d5.errors import DatasetError
+from d5.errors import CheckpointError, DatasetError
 from d5.training.dataset import Dataset
 
 Batch = Dict[str, np.ndarray]
@@ -34,6 +47,11 @@ InputTransform = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 #: Mixed into the transform generator's seed so its stream never coincides with ShuffleSampler's
 #: permutation stream ``default_rng((seed, epoch))``. ("augm" in ASCII.)
 TRANSFORM_STREAM = 0x6175676D
+#: Mixed into BucketSampler's and ChoiceSampler's generators, so each draws its own stream for a (seed, epoch).
+BUCKET_STREAM = 0x6275636B   # "buck"
+CHOICE_STREAM = 0x63686F69   # "choi"
+#: The layout of :meth:`Sampler.state_dict`; a state of another version is refused.
+STATE_VERSION = 1
 
 
 def _check_non_negative_int(value, what: str, minimum: int = 0) -> int:
@@ -97,6 +115,10 @@ class Sampler(abc.ABC):  # an ABC so isinstance checks and registration work for
                 f"{self.samples_per_epoch} examples per epoch drops every batch; lower batch_size or "
                 f"set drop_last=False.")
         self.epoch = 0
+        # Progress of the newest iteration, [epoch, batches yielded]; None when none is under way.
+        self._cursor: Optional[list] = None
+        # (epoch, batches to skip) restored by load_state_dict and used by the next iter() of that epoch.
+        self._resume: Optional[tuple] = None
 
     @property
     def samples_per_epoch(self) -> int:
@@ -108,8 +130,15 @@ class Sampler(abc.ABC):  # an ABC so isinstance checks and registration work for
         return np.arange(len(self.dataset), dtype=np.int64)
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next iteration run ``epoch`` (e.g. when resuming training)."""
+        """Make the next iteration run ``epoch`` from its first batch (e.g. when resuming training).
+
+        A mid-epoch position restored by :meth:`load_state_dict` survives ``set_epoch`` of that same epoch
+        (a Trainer calls ``set_epoch`` at the start of every epoch); any other epoch discards it.
+        """
         self.epoch = _check_non_negative_int(epoch, "epoch")
+        self._cursor = None
+        if self._resume is not None and self._resume[0] != self.epoch:
+            self._resume = None
 
     def __len__(self) -> int:
         if self.drop_last:
@@ -126,8 +155,12 @@ class Sampler(abc.ABC):  # an ABC so isinstance checks and registration work for
     def __iter__(self) -> Iterator[Batch]:
         # Claim the epoch now, not on the first next(): iter() alone fixes which epoch this is.
         epoch = self.epoch
+        start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
+        self._resume = None
         self.epoch = epoch + 1
-        return self._batches(epoch)
+        cursor = [epoch, start]
+        self._cursor = cursor
+        return self._batches(epoch, start, cursor)
 
     def transform_rng(self, epoch: int, batch: int) -> np.random.Generator:
         """The generator ``transform`` draws from for batch number ``batch`` of ``epoch``.
@@ -137,16 +170,100 @@ class Sampler(abc.ABC):  # an ABC so isinstance checks and registration work for
         """
         return np.random.default_rng((self.seed, epoch, TRANSFORM_STREAM, batch))
 
-    def _batches(self, epoch: int) -> Iterator[Batch]:
+    def _batches(self, epoch: int, start: int = 0, cursor: Optional[list] = None) -> Iterator[Batch]:
         transform = self.transform
         input_node = getattr(self.dataset, "input_node", "input") if transform is not None else None
-        for number, index in enumerate(self.batch_indices(epoch)):
+        # Batches before ``start`` were yielded before a checkpoint: skip their indices (cheap), keep their
+        # numbers, so batch b still draws its transform from transform_rng(epoch, b).
+        for number, index in itertools.islice(enumerate(self.batch_indices(epoch)), start, None):
             batch = self.dataset[index]
             if transform is not None:
                 batch = self._transform_input(batch, input_node, transform, self.transform_rng(epoch, number))
             for dict_transform in self.transforms:
                 batch = dict_transform(batch)
+            if cursor is not None:
+                cursor[1] = number + 1  # counted before the yield: the consumer holds this batch now
             yield batch
+        if cursor is not None and self._cursor is cursor:
+            self._cursor = None  # the epoch is complete; the state is now (epoch + 1, 0)
+
+    # -- state protocol (checkpoint/resume) ------------------------------------------------------------
+    def _state_config(self) -> Dict[str, Any]:
+        """What a loaded state must match: a state of another configuration gives other batches.
+
+        Subclasses extend it (``{**super()._state_config(), ...}``) with what shapes their batches.
+        """
+        return {"examples": len(self.dataset), "samples_per_epoch": int(self.samples_per_epoch),
+                "batch_size": self.batch_size, "drop_last": self.drop_last, "batches_per_epoch": len(self)}
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The epoch in progress, its batches already yielded (``position``), the seed and the configuration.
+
+        Before any iteration it is ``epoch=0, position=0``; after a complete epoch ``e`` it is
+        ``epoch=e+1, position=0``.
+
+        >>> import numpy as np
+        >>> from d5.training.dataset import NumpyDataset
+        >>> sampler = ShuffleSampler(NumpyDataset(np.zeros((10, 1)), np.arange(10)), batch_size=3, seed=4)
+        >>> batches = iter(sampler); _ = next(batches); _ = next(batches)
+        >>> state = sampler.state_dict()
+        >>> state["epoch"], state["position"], state["seed"]
+        (0, 2, 4)
+        >>> resumed = ShuffleSampler(NumpyDataset(np.zeros((10, 1)), np.arange(10)), batch_size=3, seed=4)
+        >>> resumed.load_state_dict(state)
+        >>> [b["label"].tolist() for b in resumed] == [b["label"].tolist() for b in batches]
+        True
+        """
+        if self._cursor is not None:
+            epoch, position = self._cursor
+        elif self._resume is not None:
+            epoch, position = self._resume
+        else:
+            epoch, position = self.epoch, 0
+        return {"sampler": type(self).__name__, "version": STATE_VERSION, "epoch": int(epoch),
+                "position": int(position), "seed": self.seed, "config": self._state_config()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continue from ``state`` (from :meth:`state_dict` of a sampler built the same way): the next
+        ``iter()`` yields the rest of the saved epoch, then epochs continue as usual. The seed is part of the
+        state and is restored; a state of another sampler class or configuration (dataset size, batch size,
+        drop_last, ...) is refused with :class:`~d5.errors.CheckpointError` naming the difference.
+        """
+        who = type(self).__name__
+        if not isinstance(state, collections.abc.Mapping):
+            raise CheckpointError(f"{who}.load_state_dict takes the dict state_dict() returned; got "
+                                  f"{type(state).__name__}.")
+        missing = [key for key in ("sampler", "version", "epoch", "position", "seed", "config") if key not in state]
+        if missing:
+            raise CheckpointError(f"{who}.load_state_dict: the state lacks {missing}; it is not a sampler's "
+                                  "state_dict() (or it is damaged).")
+        if state["sampler"] != who:
+            raise CheckpointError(f"{who}.load_state_dict: the state is of a {state['sampler']}, not a {who}; "
+                                  f"resume with the sampler class the run was saved with.")
+        if state["version"] != STATE_VERSION:
+            raise CheckpointError(f"{who}.load_state_dict: state version {state['version']!r} is not this d5's "
+                                  f"({STATE_VERSION}); resume with the d5 version that saved it.")
+        config, saved = self._state_config(), state["config"]
+        if not isinstance(saved, collections.abc.Mapping) or dict(saved) != config:
+            saved = dict(saved) if isinstance(saved, collections.abc.Mapping) else {}
+            differences = [f"{key}: saved {saved.get(key, '<absent>')!r}, now {config.get(key, '<absent>')!r}"
+                           for key in sorted(set(config) | set(saved)) if saved.get(key) != config.get(key)]
+            raise CheckpointError(f"{who}.load_state_dict: the state is of a sampler configured differently "
+                                  f"({'; '.join(differences)}), so its batches would differ; build the sampler "
+                                  "as the saved run did.")
+        try:
+            epoch = _check_non_negative_int(state["epoch"], "epoch")
+            position = _check_non_negative_int(state["position"], "position")
+            seed = _check_non_negative_int(state["seed"], "seed")
+        except DatasetError as err:
+            raise CheckpointError(f"{who}.load_state_dict: {err}") from None
+        if position > len(self):
+            raise CheckpointError(f"{who}.load_state_dict: position {position} is past the {len(self)} batches of "
+                                  "an epoch; the state is damaged.")
+        self.seed = seed
+        self.epoch = epoch
+        self._cursor = None
+        self._resume = (epoch, position) if position else None
 
     def _transform_input(self, batch: Batch, input_node: str, transform: InputTransform,
                          rng: np.random.Generator) -> Batch:
@@ -206,4 +323,178 @@ class ShuffleSampler(Sampler):
         return super().__repr__()[:-1] + f", seed={self.seed})"
 
 
-__all__ = ["Sampler", "OrderedSampler", "ShuffleSampler"]
+def _digest(array: np.ndarray) -> str:
+    """A short fingerprint of an array's values, for a state to say which lengths/weights it was made with."""
+    array = np.ascontiguousarray(array)
+    return hashlib.sha256(str(array.dtype).encode() + array.tobytes()).hexdigest()[:16]
+
+
+Lengths = Union[np.ndarray, Sequence[float], Callable[[Dict[str, np.ndarray]], float], None]
+
+
+class BucketSampler(Sampler):
+    """Batches of examples of similar length (fewer padded positions for sequences), in a random order that
+    is new every epoch and reproducible from the seed.
+
+    Each epoch ``e``: the examples are shuffled with ``numpy.random.default_rng((seed, e, BUCKET_STREAM))``, cut
+    into pools of ``pool_batches * batch_size`` consecutive examples, each pool is sorted by length (ties stay in
+    shuffled order) and cut into batches, and the order of all batches is shuffled (the "sorted pool" bucketing
+    of torchnlp's BucketBatchSampler and AllenNLP). A larger ``pool_batches`` gives batches of more equal
+    lengths and less randomness; the pool of all examples sorts the whole dataset. Only the last pool's last
+    batch can be short (dropped with ``drop_last=True``); it is shuffled among the others.
+
+    ``lengths``: one number per example (an array or a list), or a callable ``example_dict -> length`` called
+    once per example at construction (``lambda ex: len(ex["input"])``), or None to use ``dataset.lengths``
+    (e.g. :class:`~d5.training.dataset.SequenceDataset`).
+
+    >>> import numpy as np
+    >>> from d5.training.dataset import NumpyDataset
+    >>> lengths = np.array([5, 1, 4, 2, 3, 6, 8, 7])
+    >>> sampler = BucketSampler(NumpyDataset(np.zeros((8, 1)), lengths), batch_size=2, lengths=lengths,
+    ...                         pool_batches=4, seed=0)
+    >>> sorted(sorted(lengths[b].tolist()) for b in sampler.batch_indices(0))  # neighbours in length
+    [[1, 2], [3, 4], [5, 6], [7, 8]]
+    """
+
+    def __init__(self, dataset: Dataset, batch_size: int, lengths: Lengths = None, seed: int = 0,
+                 pool_batches: int = 100, drop_last: bool = False, transforms: Optional[Sequence[Transform]] = None,
+                 *, transform: Optional[InputTransform] = None):
+        self.pool_batches = _check_non_negative_int(pool_batches, "pool_batches", minimum=1)
+        self.lengths = self._read_lengths(dataset, lengths)
+        super().__init__(dataset, batch_size, drop_last=drop_last, transforms=transforms, transform=transform,
+                         seed=seed)
+
+    @staticmethod
+    def _read_lengths(dataset: Dataset, lengths: Lengths) -> np.ndarray:
+        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise DatasetError(
+                f"A sampler needs a Dataset (with __len__ and __getitem__); got {type(dataset).__name__}.")
+        if lengths is None:
+            lengths = getattr(dataset, "lengths", None)
+            if lengths is None:
+                raise DatasetError(f"BucketSampler needs the examples' lengths: pass lengths= (an array with one "
+                                   f"length per example, or a callable example -> length); "
+                                   f"{type(dataset).__name__} has no .lengths.")
+        if callable(lengths):
+            measure = lengths
+            lengths = [measure(dataset[i]) for i in range(len(dataset))]  # once, at construction
+        try:
+            values = np.asarray(lengths, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise DatasetError(f"BucketSampler lengths must be numbers, one per example; "
+                               f"got {lengths!r:.80}.") from None
+        if values.shape != (len(dataset),):
+            raise DatasetError(f"BucketSampler needs one length per example: the dataset has {len(dataset)} "
+                               f"examples, lengths has shape {values.shape}.")
+        if not np.isfinite(values).all() or (values < 0).any():
+            bad = int(np.flatnonzero(~np.isfinite(values) | (values < 0))[0])
+            raise DatasetError(f"BucketSampler lengths must be finite and >= 0; example {bad} has length "
+                               f"{values[bad]!r}.")
+        values.flags.writeable = False
+        return values
+
+    def _epoch_batches(self, epoch: int) -> list:
+        epoch = _check_non_negative_int(epoch, "epoch")
+        rng = np.random.default_rng((self.seed, epoch, BUCKET_STREAM))
+        order = rng.permutation(len(self.dataset))
+        pool = self.pool_batches * self.batch_size
+        pool_of = np.arange(order.size) // pool
+        # lexsort is stable: within a pool, equal lengths keep their shuffled order.
+        order = order[np.lexsort((self.lengths[order], pool_of))].astype(np.int64, copy=False)
+        batches = [order[start:start + self.batch_size] for start in range(0, order.size, self.batch_size)]
+        if self.drop_last and batches[-1].size < self.batch_size:
+            batches.pop()
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def batch_indices(self, epoch: int) -> Iterator[np.ndarray]:
+        yield from self._epoch_batches(epoch)
+
+    def epoch_indices(self, epoch: int) -> np.ndarray:
+        """Every index of ``epoch`` in batch order (the short batch, if any, may sit anywhere)."""
+        return np.concatenate(self._epoch_batches(epoch))
+
+    def _state_config(self) -> Dict[str, Any]:
+        return {**super()._state_config(), "pool_batches": self.pool_batches, "lengths": _digest(self.lengths)}
+
+    def __repr__(self) -> str:
+        return super().__repr__()[:-1] + f", seed={self.seed}, pool_batches={self.pool_batches})"
+
+
+class ChoiceSampler(Sampler):
+    """``num_samples`` examples per epoch drawn at random, with or without replacement, optionally weighted.
+
+    Epoch ``e`` draws ``numpy.random.default_rng((seed, e, CHOICE_STREAM)).choice(len(dataset), num_samples,
+    replace=replacement, p=weights)`` (weights normalized to sum to 1): new every epoch, reproducible from the
+    seed. ``num_samples`` defaults to the dataset's size. Without replacement it may not exceed the number of
+    examples (of non-zero weight).
+
+    >>> import numpy as np
+    >>> from d5.training.dataset import NumpyDataset
+    >>> ds = NumpyDataset(np.zeros((5, 1)), np.arange(5))
+    >>> sampler = ChoiceSampler(ds, batch_size=4, num_samples=12, replacement=True, seed=0)
+    >>> len(sampler), sum(len(b["label"]) for b in sampler)
+    (3, 12)
+    >>> never_last = ChoiceSampler(ds, 2, num_samples=4, replacement=False, weights=[1, 1, 1, 1, 0])
+    >>> sorted(never_last.epoch_indices(0).tolist())
+    [0, 1, 2, 3]
+    """
+
+    def __init__(self, dataset: Dataset, batch_size: int, num_samples: Optional[int] = None,
+                 replacement: bool = True, weights: Optional[Sequence[float]] = None, seed: int = 0,
+                 drop_last: bool = False, transforms: Optional[Sequence[Transform]] = None, *,
+                 transform: Optional[InputTransform] = None):
+        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise DatasetError(
+                f"A sampler needs a Dataset (with __len__ and __getitem__); got {type(dataset).__name__}.")
+        if not isinstance(replacement, (bool, np.bool_)):
+            raise DatasetError(f"ChoiceSampler replacement must be True or False; got {replacement!r}.")
+        self.replacement = bool(replacement)
+        size = len(dataset)
+        self.num_samples = size if num_samples is None else _check_non_negative_int(num_samples, "num_samples", 1)
+        self.weights = None if weights is None else self._read_weights(weights, size)
+        available = size if self.weights is None else int(np.count_nonzero(self.weights))
+        if not self.replacement and self.num_samples > available:
+            raise DatasetError(f"ChoiceSampler without replacement cannot draw num_samples={self.num_samples} from "
+                               f"{available} examples{' of non-zero weight' if self.weights is not None else ''}; "
+                               "lower num_samples or set replacement=True.")
+        super().__init__(dataset, batch_size, drop_last=drop_last, transforms=transforms, transform=transform,
+                         seed=seed)
+
+    @staticmethod
+    def _read_weights(weights, size: int) -> np.ndarray:
+        try:
+            values = np.asarray(weights, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise DatasetError(f"ChoiceSampler weights must be numbers, one per example; "
+                               f"got {weights!r:.80}.") from None
+        if values.shape != (size,):
+            raise DatasetError(f"ChoiceSampler needs one weight per example: the dataset has {size} examples, "
+                               f"weights has shape {values.shape}.")
+        if not np.isfinite(values).all() or (values < 0).any() or values.sum() <= 0:
+            raise DatasetError("ChoiceSampler weights must be finite, >= 0 and not all 0 (they are normalized to "
+                               "probabilities).")
+        values = values / values.sum()
+        values.flags.writeable = False
+        return values
+
+    @property
+    def samples_per_epoch(self) -> int:
+        return self.num_samples
+
+    def epoch_indices(self, epoch: int) -> np.ndarray:
+        rng = np.random.default_rng((self.seed, _check_non_negative_int(epoch, "epoch"), CHOICE_STREAM))
+        size = len(self.dataset)
+        if self.weights is None and self.replacement:
+            return rng.integers(0, size, self.num_samples, dtype=np.int64)
+        return rng.choice(size, self.num_samples, replace=self.replacement, p=self.weights).astype(np.int64)
+
+    def _state_config(self) -> Dict[str, Any]:
+        return {**super()._state_config(), "replacement": self.replacement,
+                "weights": None if self.weights is None else _digest(self.weights)}
+
+    def __repr__(self) -> str:
+        return (super().__repr__()[:-1] + f", seed={self.seed}, num_samples={self.num_samples}, "
+                f"replacement={self.replacement})")
+
+
+__all__ = ["Sampler", "OrderedSampler", "ShuffleSampler", "BucketSampler", "ChoiceSampler"]

@@ -1,4 +1,4 @@
-"""Batch transforms for image data: data augmentation and normalization, vectorized over the batch.
+"""Batch transforms for image data: augmentation (crop, flip, cutout) and normalization, vectorized over the batch.
 
 A transform is a callable ``transform(images, rng) -> new_images`` on one batch of NCHW images (a 4-D
 numpy array, usually float32). It never modifies ``images`` (the result is a new array) and takes all
@@ -217,4 +217,42 @@ class Normalize(Transform):
         return f"Normalize(mean={self.mean.tolist()}, std={self.std.tolist()})"
 
 
-__all__ = ["Transform", "Compose", "RandomCrop", "RandomHorizontalFlip", "Normalize"]
+class Cutout(Transform):
+    """Cutout (DeVries & Taylor 2017): set one ``size`` x ``size`` square of every image, all channels, to
+    ``value``, at a centre drawn uniformly over the image independently per image; the square is clipped at
+    the borders, so near an edge less of the image is covered (as in the paper's code).
+
+    Rows ``cy - size // 2`` to ``cy - size // 2 + size - 1`` are covered (likewise columns): exactly the
+    paper's ``[cy - size // 2, cy + size // 2)`` for the even sizes it uses (16 for CIFAR-10, 8 for
+    CIFAR-100), and ``size`` rows for odd sizes too. Place it after :class:`Normalize` so that the default
+    ``value=0`` is the dataset mean, as the paper does.
+
+    >>> images = np.ones((1, 1, 4, 4), np.float32)
+    >>> Cutout(2)(images, rng=0)[0, 0].astype(int).tolist()
+    [[1, 1, 1, 1], [1, 1, 1, 1], [1, 0, 0, 1], [1, 0, 0, 1]]
+    >>> Cutout(2)(images, rng=3)[0, 0].astype(int).tolist()   # centre in column 0: clipped at the border
+    [[1, 1, 1, 1], [1, 1, 1, 1], [0, 1, 1, 1], [0, 1, 1, 1]]
+    """
+
+    def __init__(self, size: int, value: float = 0.0):
+        self.size = _positive_int(size, "Cutout size")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
+            raise InvalidHyperparameterError(f"Cutout value must be a finite number (the fill); got {value!r}.")
+        self.value = float(value)
+
+    def apply(self, images, rng):
+        n, _, height, width = images.shape
+        top = rng.integers(0, height, size=n) - self.size // 2   # centre row - size // 2; may be < 0
+        left = rng.integers(0, width, size=n) - self.size // 2
+        rows, cols = np.arange(height), np.arange(width)
+        in_rows = (rows >= top[:, None]) & (rows < top[:, None] + self.size)      # (N, H); clipping is implicit
+        in_cols = (cols >= left[:, None]) & (cols < left[:, None] + self.size)    # (N, W)
+        square = in_rows[:, None, :, None] & in_cols[:, None, None, :]            # (N, 1, H, W), every channel
+        # One pass that writes a new array: the input is never touched.
+        return np.where(square, np.asarray(self.value, dtype=images.dtype), images)
+
+    def __repr__(self) -> str:
+        return f"Cutout(size={self.size}, value={self.value})"
+
+
+__all__ = ["Transform", "Compose", "RandomCrop", "RandomHorizontalFlip", "Normalize", "Cutout"]

@@ -1,4 +1,4 @@
-"""Batch transforms (crop, flip, normalize, compose) against per-image oracles, and samplers applying them."""
+"""Batch transforms (crop, flip, normalize, cutout, compose) against per-image oracles, and samplers applying them."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ import d5
 from d5.errors import D5Error, DatasetError, InvalidHyperparameterError, ShapeError
 from d5.training.dataset import NumpyDataset
 from d5.training.sampler import TRANSFORM_STREAM, OrderedSampler, ShuffleSampler
-from d5.training.transforms import Compose, Normalize, RandomCrop, RandomHorizontalFlip, Transform
+from d5.training.transforms import Compose, Cutout, Normalize, RandomCrop, RandomHorizontalFlip, Transform
 
 
 def unique_images(n=40, c=2, h=6, w=5, dtype=np.float32):
@@ -232,3 +232,107 @@ def test_sampler_refuses_a_bad_transform():
         next(iter(sampler))
     with pytest.raises(DatasetError, match="seed must be an integer >= 0"):
         OrderedSampler(image_dataset(), 8, seed=-1)
+
+
+# --- Cutout -------------------------------------------------------------------------------------------------
+
+def paper_square(height, width, size, cy, cx):
+    """DeVries & Taylor's cutout.py for one hole: ``np.clip(y -/+ length // 2, 0, h)``; for an odd ``size``
+    d5 covers ``size`` rows (``y - size // 2`` to ``y - size // 2 + size``), the paper ``size - 1``."""
+    y1, x1 = cy - size // 2, cx - size // 2
+    y2, x2 = (cy + size // 2, cx + size // 2) if size % 2 == 0 else (y1 + size, x1 + size)
+    mask = np.zeros((height, width), bool)
+    mask[np.clip(y1, 0, height):np.clip(y2, 0, height), np.clip(x1, 0, width):np.clip(x2, 0, width)] = True
+    return mask
+
+
+def cutout_centre(image, out, size, value):
+    """The centres whose square explains ``out`` (by brute force over every centre: the oracle)."""
+    height, width = image.shape[1:]
+    changed = (out != image)
+    assert (changed == changed[0]).all(), "every channel must be cut at the same place"
+    assert (out[changed] == value).all()
+    return [(cy, cx) for cy in range(height) for cx in range(width)
+            if np.array_equal(paper_square(height, width, size, cy, cx), changed[0])]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 7, 16])
+def test_cutout_cuts_one_clipped_square_per_image_like_the_paper(size):
+    images = unique_images(n=60, c=3, h=9, w=8)
+    out = Cutout(size, value=-2.5)(images, np.random.default_rng(size))
+    assert out.shape == images.shape and out.dtype == images.dtype
+    for image, cut in zip(images, out):
+        assert cutout_centre(image, cut, size, -2.5), "no centre gives this square"
+
+
+def test_cutout_centres_are_uniform_over_the_image():
+    images = unique_images(n=1, c=1, h=3, w=4).repeat(1200, axis=0)
+    out = Cutout(1)(images, np.random.default_rng(11))
+    centres = [tuple(np.argwhere(o[0] == 0)[0]) for o in out]
+    counts = np.array([centres.count((y, x)) for y in range(3) for x in range(4)])
+    assert counts.sum() == 1200
+    assert ((counts - 100.0) ** 2 / 100.0).sum() < 31.3  # chi-square, 11 dof, 99.9%
+
+
+def test_cutout_fills_with_zero_by_default_and_keeps_the_dtype():
+    images = np.ones((4, 2, 5, 5), np.float64)
+    out = Cutout(3)(images, 0)
+    assert out.dtype == np.float64 and set(np.unique(out).tolist()) == {0.0, 1.0}
+    assert ((out == 0).sum(axis=(1, 2, 3)) >= 2 * 4).all()  # a 3x3 square clipped to at least 2x2, 2 channels
+    uint8 = Cutout(2, value=7)(np.full((2, 1, 4, 4), 200, np.uint8), 0)
+    assert uint8.dtype == np.uint8 and set(np.unique(uint8).tolist()) == {7, 200}
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: Cutout(0), "Cutout size must be an integer >= 1"),
+    (lambda: Cutout(2.5), "Cutout size must be an integer"),
+    (lambda: Cutout(4, value=float("nan")), "finite number"),
+    (lambda: Cutout(4, value="black"), "finite number"),
+])
+def test_cutout_refuses_bad_arguments(make, message):
+    with pytest.raises(InvalidHyperparameterError, match=message):
+        make()
+
+
+# --- every transform: never mutates its input, reproducible from the seed -----------------------------------
+
+EVERY_TRANSFORM = {
+    "crop": RandomCrop(6, padding=2), "crop-rect": RandomCrop((4, 5)), "flip": RandomHorizontalFlip(),
+    "normalize": Normalize([0.5, 0.25], [2.0, 4.0]), "cutout": Cutout(3), "cutout-value": Cutout(2, value=9.0),
+    "compose": Compose([RandomCrop(6, padding=2), RandomHorizontalFlip(), Normalize([0.5, 0.5], [0.2, 0.2]),
+                        Cutout(2)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EVERY_TRANSFORM))
+def test_no_transform_mutates_its_input_and_each_is_reproducible_from_the_seed(name):
+    transform = EVERY_TRANSFORM[name]
+    images = unique_images()
+    pristine = images.copy()
+    images.flags.writeable = False  # a write would raise
+    first = transform(images, np.random.default_rng(21))
+    writable = pristine.copy()      # and a writable input is left as it was
+    second = transform(writable, np.random.default_rng(21))
+    np.testing.assert_array_equal(images, pristine)
+    np.testing.assert_array_equal(writable, pristine)
+    assert first.tobytes() == second.tobytes()
+    assert not np.shares_memory(first, images) and not np.shares_memory(second, writable)
+    if transform.random:
+        others = [transform(images, np.random.default_rng(seed)) for seed in (22, 23, 24)]
+        assert any(not np.array_equal(first, other) for other in others)
+
+
+def test_cifar_pipeline_in_a_sampler_is_reproducible_and_leaves_the_dataset():
+    data = np.random.default_rng(0).random((40, 3, 32, 32), dtype=np.float32)
+    data.flags.writeable = False
+    dataset = NumpyDataset(data, np.arange(40))
+    cifar = Compose([RandomCrop(32, padding=4), RandomHorizontalFlip(),
+                     Normalize((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)), Cutout(16)])
+
+    def epoch(seed):
+        return np.concatenate([b["input"] for b in ShuffleSampler(dataset, 16, seed=seed, transform=cifar)])
+
+    first = epoch(3)
+    assert first.shape == (40, 3, 32, 32) and first.dtype == np.float32
+    assert first.tobytes() == epoch(3).tobytes() and not np.array_equal(first, epoch(4))
+    assert (first == 0).all(axis=1).sum(axis=(1, 2)).min() >= 8 * 8  # a 16x16 square, clipped to >= 8x8
