@@ -7,7 +7,12 @@ exactly as the seeds' ``ConsistentNeighbors`` does::
 
     optimizer.new_input()                      # once per step (e.g. Adam's step counter)
     optimizer.prepare_param(name)              # once per parameter, before the backward pass
+    optimizer.prepare_gradients(grads, params)     # once per step, only if optimizer.uses_all_gradients
     new = optimizer.update_rule(grad, old, name)   # once per parameter, after it
+
+``prepare_gradients`` gives rules that need a view over all parameters at once (clipping by the global norm,
+AcceleGrad's step size) every gradient of the step, by name, before the first ``update_rule``; a scheme that
+changes the gradients (averaging them over ranks) passes the changed ones.
 
 An optimizer that is nothing but an update rule derives from :class:`UpdateRuleOptimizer`:
 
@@ -24,11 +29,11 @@ from __future__ import annotations
 
 import abc
 import math
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from d5.errors import D5Error, DivergenceError, InvalidHyperparameterError
+from d5.errors import CheckpointError, D5Error, DivergenceError, InvalidHyperparameterError
 from d5.training.dataset import check_batch
 
 if TYPE_CHECKING:  # only for annotations: trainer imports nothing from here at run time either
@@ -38,7 +43,8 @@ if TYPE_CHECKING:  # only for annotations: trainer imports nothing from here at 
 
 def check_hyperparameter(name: str, value: float, low: float = 0.0, high: float = math.inf,
                          high_inclusive: bool = True) -> float:
-    """Return ``value`` as a float, or raise :class:`InvalidHyperparameterError` if outside [low, high].
+    """Return ``value`` as a float, or raise :class:`InvalidHyperparameterError` if outside [low, high]
+    (infinity and NaN are always outside).
 
     >>> check_hyperparameter('momentum', 0.9, high=1.0)
     0.9
@@ -47,12 +53,49 @@ def check_hyperparameter(name: str, value: float, low: float = 0.0, high: float 
         number = float(value)
     except (TypeError, ValueError):
         raise InvalidHyperparameterError(f"{name} must be a number, got {value!r}; pass e.g. {name}=0.1") from None
+    if math.isinf(high):
+        high_inclusive = False  # no hyper-parameter may be infinite
     above = number > high if high_inclusive else number >= high
     if not number >= low or above:  # `not >=` also rejects NaN
         upper = f"{high}]" if high_inclusive else f"{high})"
         raise InvalidHyperparameterError(
             f"{name}={value!r} is out of range; it must lie in [{low}, {upper}")
     return number
+
+
+def is_schedule(lr: Any) -> bool:
+    """True when ``lr`` is a learning-rate schedule (a callable ``step -> lr``) rather than a number.
+
+    >>> is_schedule(0.1), is_schedule(lambda step: 0.1 * 0.5 ** step)
+    (False, True)
+    """
+    return callable(lr) and not isinstance(lr, (int, float, np.number))
+
+
+def learning_rate_at(schedule: Callable[[int], float], step: int) -> float:
+    """``schedule(step)`` for the 0-based optimizer step ``step``, checked to be a finite rate >= 0.
+
+    >>> learning_rate_at(lambda step: 0.1 / (step + 1), 1)
+    0.05
+    """
+    return check_hyperparameter(f"lr (the value of schedule {schedule!r} at step {step})", schedule(step))
+
+
+def check_state(owner: Any, state: Any, kind: str) -> dict:
+    """Refuse (:class:`d5.errors.CheckpointError`, a D5Error) a ``state`` that ``owner.state_dict()`` did not make:
+    not a dict, or one of another ``kind`` (the class name saved under the key ``kind``). Returns ``state``.
+
+    >>> check_state(object(), {'kind': 'object'}, 'kind')
+    {'kind': 'object'}
+    """
+    name = type(owner).__name__
+    if not isinstance(state, Mapping):
+        raise CheckpointError(f"{name}.load_state_dict needs the dict that {name}.state_dict() returned, got "
+                              f"{type(state).__name__}")
+    if state.get(kind) != name:
+        raise CheckpointError(f"{name}.load_state_dict: the state is of a {state.get(kind)!r}, not of a {name}; "
+                              f"restore it into the {kind} it was saved from")
+    return dict(state)
 
 
 class Optimizer(abc.ABC):
@@ -151,6 +194,12 @@ class ThreeStepOptimizer(Optimizer):
         # Skip the per-parameter prepare_param loop entirely when the subclass does not use it.
         self._has_prepare = type(self).prepare_param is not ThreeStepOptimizer.prepare_param
 
+    @property
+    def uses_all_gradients(self) -> bool:
+        """True when :meth:`prepare_gradients` must see every gradient of a step before its first ``update_rule``
+        (checked once per step: a hyper-parameter such as ``clip_norm`` may switch it on or off)."""
+        return False
+
     def invalidate_cache(self) -> None:
         """Forget the cached parameter and gradient names (call after editing the network's graph)."""
         self._params = None
@@ -161,6 +210,11 @@ class ThreeStepOptimizer(Optimizer):
 
     def prepare_param(self, param_name: str) -> None:
         """Called once per parameter before the forward/backward pass (e.g. look-ahead momentum)."""
+
+    def prepare_gradients(self, gradients: Mapping[str, np.ndarray], params: Mapping[str, np.ndarray]) -> None:
+        """Called once per step with every gradient and parameter value (by parameter name) after the backward
+        pass and before the first ``update_rule`` -- only when :attr:`uses_all_gradients` is true. Must not
+        modify the arrays."""
 
     @abc.abstractmethod
     def update_rule(self, grad: np.ndarray, old_param: np.ndarray, param_name: str) -> np.ndarray:
@@ -185,6 +239,16 @@ class ThreeStepOptimizer(Optimizer):
         self.finish_step(outputs)
         if self._gradients is None:
             self._gradients = list(network.gradient(self.loss))
+        if self.uses_all_gradients:
+            # Every gradient before the first update (fetched at once, before any parameter changes).
+            values = network.fetch_tensors([name for pair in self._gradients for name in pair])
+            params = {name: values[2 * i] for i, (name, _) in enumerate(self._gradients)}
+            grads = {name: values[2 * i + 1] for i, (name, _) in enumerate(self._gradients)}
+            self.prepare_gradients(grads, params)
+            for param_name, _ in self._gradients:
+                network.feed_tensor(param_name, self.update_rule(grads[param_name], params[param_name], param_name),
+                                    is_param=True)
+            return outputs
         for param_name, grad_name in self._gradients:
             param, grad = network.fetch_tensors([param_name, grad_name])
             network.feed_tensor(param_name, self.update_rule(grad, param, param_name), is_param=True)
@@ -205,4 +269,4 @@ class UpdateRuleOptimizer(ThreeStepOptimizer):
 
 
 __all__ = ["Optimizer", "ThreeStepOptimizer", "UpdateRuleOptimizer", "InvalidHyperparameterError",
-           "check_hyperparameter"]
+           "check_hyperparameter", "check_state", "is_schedule", "learning_rate_at"]

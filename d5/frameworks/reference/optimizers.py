@@ -1,6 +1,7 @@
 """Optimizers of the reference framework: d5's framework-neutral NumPy optimizers are its native ones."""
-from d5.training.optimizers import (AdaGradOptimizer, AdamOptimizer, AdamWOptimizer, GradientDescent,  # noqa: F401
-                                    MomentumOptimizer, RMSPropOptimizer)
+from d5.training.optimizers import (AcceleGradOptimizer, AdaGradOptimizer, AdamOptimizer,  # noqa: F401
+                                    AdamWOptimizer, GradientDescent, LAMBOptimizer, LARSOptimizer, MomentumOptimizer,
+                                    RMSPropOptimizer)
 
-__all__ = ["AdaGradOptimizer", "AdamOptimizer", "AdamWOptimizer", "GradientDescent", "MomentumOptimizer",
-           "RMSPropOptimizer"]
+__all__ = ["AcceleGradOptimizer", "AdaGradOptimizer", "AdamOptimizer", "AdamWOptimizer", "GradientDescent", "MomentumOptimizer",
+           "LAMBOptimizer", "LARSOptimizer", "RMSPropOptimizer"]
