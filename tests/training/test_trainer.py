@@ -401,3 +401,290 @@ def test_end_to_end_mlp_on_reference_framework_reaches_high_accuracy():
     assert stats.train_loss[-1] < 0.3 * stats.train_loss[0] and stats.test_loss[-1] < chance_loss
     # The trained parameters are the network's live state: a fresh evaluation agrees with the stats.
     assert trainer.test(test) == pytest.approx((stats.test_loss[-1], stats.test_accuracy[-1]), rel=1e-5)
+
+
+# --- the state protocol: stop, save, build afresh, load, continue == never stopped (bitwise) -------------------
+
+def _resumable(optimizer_cls=GradientDescent, events=(), sampler=None):
+    """A small MLP on the reference framework over a real ShuffleSampler: 100 examples in batches of 16 make
+    7 batches per epoch (the last one of 4), so stops fall mid-epoch, on the epoch's last batch and between."""
+    reference = pytest.importorskip("d5.frameworks.reference")
+    executor = reference.from_model(_mlp(seed=3))
+    kwargs = {"momentum": 0.9} if optimizer_cls is MomentumOptimizer else {}
+    optimizer = optimizer_cls(executor, lr=0.05, **kwargs)
+    train = sampler if sampler is not None else ShuffleSampler(_float32_blobs(100, seed=11), 16, seed=4)
+    test = OrderedSampler(_float32_blobs(30, seed=12), 10)
+    return Trainer(train, test, executor, optimizer, events=list(events), progress=False)
+
+
+def _parameters(trainer):
+    names = list(trainer.executor.network.get_params())
+    return {name: value.copy() for name, value in zip(names, trainer.executor.network.fetch_tensors(names))}
+
+
+def _continue(state, parameters, epochs, **build):
+    """What a resumed process does: fresh objects, the network's parameters fed back, the state loaded."""
+    trainer = _resumable(**build)
+    for name, value in parameters.items():
+        trainer.executor.network.feed_tensor(name, value)
+    trainer.load_state_dict(state)
+    return trainer, trainer.run(epochs)
+
+
+def _assert_plain_data(value, where="state"):
+    """The state protocol: only Python scalars, str, None, lists, dicts (str keys) and NumPy arrays."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            assert isinstance(key, str), f"{where}: key {key!r}"
+            _assert_plain_data(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _assert_plain_data(item, f"{where}[{index}]")
+    else:
+        assert value is None or isinstance(value, (bool, int, float, str, np.ndarray)), f"{where}: {type(value)}"
+
+
+@pytest.mark.parametrize("optimizer_cls", [GradientDescent, MomentumOptimizer])
+@pytest.mark.parametrize("stop_at", [1, 5, 7, 9, 14])
+def test_a_run_stopped_and_resumed_ends_bitwise_where_an_uninterrupted_one_does(optimizer_cls, stop_at):
+    if not hasattr(optimizer_cls, "state_dict"):
+        pytest.skip(f"{optimizer_cls.__name__} has no state_dict yet: its momentum cannot be resumed")
+    straight = _resumable(optimizer_cls)
+    expected = straight.run(3)
+    stopped = _resumable(optimizer_cls)
+    stopped.run(3, events=[StopAfter(steps=stop_at)])
+    state = stopped.state_dict()
+    _assert_plain_data(state)
+    assert state["steps"] == stop_at
+    # 7 batches per epoch: a stop on an epoch's last batch continues with the next epoch
+    assert (state["epoch"], state["position"]) == divmod(stop_at, 7)
+    resumed, stats = _continue(state, _parameters(stopped), 3, optimizer_cls=optimizer_cls)
+    final, want = _parameters(resumed), _parameters(straight)
+    for name in want:
+        np.testing.assert_array_equal(final[name], want[name], err_msg=name)
+    # the statistics are those of the uninterrupted run: the partial epoch's record was replaced
+    assert (stats.epochs, stats.steps, stats.samples) == (expected.epochs, expected.steps, expected.samples)
+    assert (stats.epochs, stats.steps, stats.samples) == (3, 21, 300)
+    assert stats.train_loss == expected.train_loss and stats.test_accuracy == expected.test_accuracy
+    assert stats.train_accuracy == expected.train_accuracy and not stats.stopped_early
+    assert resumed.steps == straight.steps and resumed.optimizer.steps == straight.optimizer.steps
+
+
+class Snapshot(TrainerEvent):
+    """Saves the trainer's state and the parameters at one step (after every other event saw the step)."""
+
+    hook_order = 100
+
+    def __init__(self, at_step):
+        self.at_step, self.saved = at_step, None
+
+    def after_step(self, trainer, step, outputs):
+        if trainer.steps == self.at_step:
+            self.saved = (trainer.state_dict(), _parameters(trainer), trainer.position)
+
+
+def test_a_state_saved_inside_after_step_resumes_mid_epoch_and_events_continue():
+    """The checkpoint hook point: after_step sees trainer.steps and trainer.position already counting the
+    step; a state saved there resumes with the events' histories, the schedule and the loggers intact."""
+    from d5.training.metrics import TestAccuracy, Throughput, TrainingAccuracy, WallclockTime
+
+    def events(tmp):
+        return [LearningRateSchedule(lambda step: 0.05 / (1 + 0.1 * step), per="step"), TestAccuracy(),
+                TrainingAccuracy(), WallclockTime(), Throughput(), CSVLogger(tmp / "log.csv"),
+                JSONLogger(tmp / "log.json")]
+
+    import pathlib
+    import tempfile
+    straight_dir, resumed_dir = (pathlib.Path(tempfile.mkdtemp()) for _ in range(2))
+    straight_events = events(straight_dir)
+    straight = _resumable(events=straight_events)
+    expected = straight.run(3)
+    snapshot = Snapshot(at_step=10)
+    interrupted_events = events(resumed_dir)
+    _resumable(events=interrupted_events + [snapshot]).run(3)
+    state, parameters, position = snapshot.saved
+    assert (state["epoch"], state["position"], position, state["steps"]) == (1, 3, 3, 10)
+    _assert_plain_data(state)
+    fresh_events = events(resumed_dir)
+    trainer = _resumable(events=fresh_events)
+    for name, value in parameters.items():
+        trainer.executor.network.feed_tensor(name, value)
+    trainer.load_state_dict(state)
+    stats = trainer.run(3)
+    for name, value in _parameters(straight).items():
+        np.testing.assert_array_equal(_parameters(trainer)[name], value, err_msg=name)
+    assert stats.train_loss == expected.train_loss and stats.steps == 21
+    schedule, test_accuracy, training_accuracy, wallclock, throughput = fresh_events[:5]
+    assert schedule.history == straight_events[0].history and len(schedule.history) == 21
+    assert test_accuracy.history == expected.test_accuracy and training_accuracy.history == expected.train_accuracy
+    assert len(wallclock.step_times) == 21 and wallclock.result() > 0
+    assert sorted(throughput.epochs) == [0, 1, 2] and throughput.samples == 300
+    # the loggers' files hold each epoch once, as the uninterrupted run's do
+    written = json.loads((resumed_dir / "log.json").read_text())
+    assert [record["epoch"] for record in written["epochs"]] == [0, 1, 2]
+    assert [record["train_loss"] for record in written["epochs"]] == expected.train_loss
+    rows = list(csv.DictReader((resumed_dir / "log.csv").open()))
+    assert [int(row["epoch"]) for row in rows] == [0, 1, 2]
+    assert [float(row["train_loss"]) for row in rows] == pytest.approx(expected.train_loss, rel=1e-15)
+
+
+def test_a_sampler_without_state_is_replayed_to_the_saved_position():
+    class Plain:
+        """A sampler without the state protocol (set_epoch and len only)."""
+
+        def __init__(self):
+            self.inner = ShuffleSampler(_float32_blobs(100, seed=11), 16, seed=4)
+            self.dataset = self.inner.dataset
+
+        def set_epoch(self, epoch):
+            self.inner.set_epoch(epoch)
+
+        def __len__(self):
+            return len(self.inner)
+
+        def __iter__(self):
+            return iter(self.inner)
+
+    straight = _resumable(sampler=Plain())
+    straight.run(2)
+    stopped = _resumable(sampler=Plain())
+    stopped.run(2, events=[StopAfter(steps=10)])
+    state = stopped.state_dict()
+    assert state["sampler"] is None and state["position"] == 3
+    resumed, stats = _continue(state, _parameters(stopped), 2, sampler=Plain())
+    for name, value in _parameters(straight).items():
+        np.testing.assert_array_equal(_parameters(resumed)[name], value, err_msg=name)
+    assert stats.steps == 14
+
+
+def test_a_state_round_trips_through_a_checkpoint_file(tmp_path):
+    checkpoint = pytest.importorskip("d5.training.checkpoint")
+    straight = _resumable()
+    straight.run(2)
+    stopped = _resumable()
+    stopped.run(2, events=[StopAfter(steps=4)])
+    path = checkpoint.save_checkpoint(tmp_path / "c.d5ckpt", stopped.executor, stopped)
+    trainer = _resumable()
+    checkpoint.restore_checkpoint(checkpoint.load_checkpoint(path), trainer.executor, trainer)
+    trainer.run(2)
+    for name, value in _parameters(straight).items():
+        np.testing.assert_array_equal(_parameters(trainer)[name], value, err_msg=name)
+
+
+def test_incompatible_states_are_refused_saying_why():
+    from d5.errors import CheckpointError
+
+    stopped = _resumable()
+    stopped.run(1, events=[StopAfter(steps=3)])
+    state = stopped.state_dict()
+    with pytest.raises(CheckpointError, match="not a Trainer's"):
+        _resumable().load_state_dict({**state, "kind": "ShuffleSampler"})
+    with pytest.raises(CheckpointError, match="lacks"):
+        _resumable().load_state_dict({key: value for key, value in state.items() if key != "epoch_sums"})
+    with pytest.raises(CheckpointError, match="sampler's state is at epoch 0, batch 3, but the trainer's at epoch 0, "
+                                              "batch 5"):
+        _resumable().load_state_dict({**state, "position": 5})
+    with pytest.raises(CheckpointError, match="OrderedSampler"):  # the sampler refuses another class's state
+        _resumable(sampler=OrderedSampler(_float32_blobs(100, seed=11), 16)).load_state_dict(state)
+    with pytest.raises(CheckpointError, match="has no load_state_dict"):
+        _resumable(sampler=[{"input": np.zeros((2, N_FEATURES), np.float32), "label": np.zeros(2, np.int64)}]
+                   ).load_state_dict(state)
+    with pytest.raises(CheckpointError, match="configured differently"):  # an event's own check
+        trainer = _resumable(events=[LearningRateSchedule(lambda epoch: 0.1)])
+        trainer.load_state_dict({**state, "events": {"LearningRateSchedule#0": LearningRateSchedule(
+            lambda step: 0.1, per="step").state_dict()}})
+        trainer.run(1)
+
+    class LoadsWhileRunning(TrainerEvent):
+        def after_step(self, trainer, step, outputs):
+            trainer.load_state_dict(state)
+
+    with pytest.raises(D5Error, match="while the trainer runs"):
+        _resumable(events=[LoadsWhileRunning()]).run(1)
+
+
+def test_after_step_sees_the_step_counted_and_the_position_in_the_epoch():
+    class Positions(TrainerEvent):
+        def __init__(self):
+            self.seen = []
+
+        def after_step(self, trainer, step, outputs):
+            self.seen.append((trainer.epoch, step, trainer.steps, trainer.position))
+
+    positions = Positions()
+    make_trainer(events=[positions]).run(2)  # 3 batches per epoch
+    assert positions.seen == [(epoch, 3 * epoch + i, 3 * epoch + i + 1, i + 1) for epoch in range(2) for i in range(3)]
+
+
+def test_hook_order_and_skip_hooks():
+    calls = []
+
+    class Named(TrainerEvent):
+        def __init__(self, name, order=0, skip=()):
+            self.name, self.hook_order, self.skip_hooks = name, order, frozenset(skip)
+
+        def after_step(self, trainer, step, outputs):
+            calls.append((self.name, step))
+
+    make_trainer(events=[Named("last", 10), Named("first"), Named("skipped", skip=["after_step"]),
+                         Named("second")]).run(1)
+    assert calls[:4] == [("first", 0), ("second", 0), ("last", 0), ("first", 1)]
+    assert not any(name == "skipped" for name, _ in calls)
+
+
+def test_early_stopping_ends_a_diverging_run_at_the_last_finite_parameters():
+    from d5.training.early_stopping import EarlyStopping
+
+    class PoisonStep(TrainerEvent):
+        def before_step(self, trainer, step, inputs):
+            if step == 4:
+                self.before = {name: value.copy() for name, value in trainer.executor.network.tensors.items()}
+                inputs["input"][0, 0] = np.nan
+
+    poison, stop = PoisonStep(), EarlyStopping(monitor="test_loss")
+    trainer = make_trainer(events=[poison, stop])
+    stats = trainer.run(3)
+    assert stats.diverged and stats.stopped_early and trainer.steps == 4 and stats.steps == 4
+    assert stop.reason.startswith("diverged at step 4") and stats.stop_reason.startswith("EarlyStopping: diverged")
+    for name in ("W", "b"):  # the diverging step's update was refused
+        np.testing.assert_array_equal(trainer.executor.network.tensors[name], poison.before[name])
+    assert stats.epochs == 2 and stats.test_loss[-1] is not None and np.isfinite(stats.test_loss[-1])
+    with pytest.raises(DivergenceError):  # stop_on_divergence=False: the error propagates as without it
+        make_trainer(events=[PoisonStep(), EarlyStopping(patience=3, stop_on_divergence=False)]).run(3)
+
+
+def test_forward_backward_timing_wraps_the_executor_only_for_the_run():
+    from d5.training.breakdown import PhaseBreakdown
+
+    trainer = make_trainer(events=[PhaseBreakdown()])
+    method = trainer.executor.inference_and_backprop
+    trainer.run(1)
+    assert trainer.forward_backward_time > 0
+    assert "inference_and_backprop" not in vars(trainer.executor)
+    assert trainer.executor.inference_and_backprop == method
+
+    class Fails(TrainerEvent):
+        def after_step(self, trainer, step, outputs):
+            raise RuntimeError("boom")
+
+    failing = make_trainer(events=[PhaseBreakdown(), Fails()])
+    with pytest.raises(RuntimeError, match="boom"):
+        failing.run(1)
+    assert "inference_and_backprop" not in vars(failing.executor)  # restored on the error too
+
+
+def test_on_error_lets_events_clean_up_and_the_error_propagates():
+    class Cleanup(TrainerEvent):
+        errors = []
+
+        def on_error(self, trainer, error):
+            self.errors.append(type(error).__name__)
+            raise ValueError("a failing cleanup must not hide the error")
+
+    class Fails(TrainerEvent):
+        def after_step(self, trainer, step, outputs):
+            raise KeyError("original")
+
+    with pytest.raises(KeyError, match="original"):
+        make_trainer(events=[Cleanup(), Fails()], progress=True).run(1)
+    assert Cleanup.errors == ["KeyError"]
