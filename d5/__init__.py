@@ -23,16 +23,20 @@ __version__ = "0.1.0"
 
 # Public name -> module defining it. Resolved on first access so `import d5` stays light.
 _LAZY = {name: "d5.training" for name in (
-    "AdaGradOptimizer", "AdamOptimizer", "AdamWOptimizer", "CSVLogger", "Dataset", "EpochSummary", "GradientDescent",
-    "JSONLogger", "LearningRateSchedule", "MomentumOptimizer", "NumpyDataset", "Optimizer", "OrderedSampler",
-    "ProgressBar", "RMSPropOptimizer", "Sampler", "ShuffleSampler", "StopAfter", "StopWhenAccuracy", "TestAccuracy",
-    "TestMetric", "Throughput", "TimeToAccuracy", "ThreeStepOptimizer", "Trainer", "TrainerEvent",
-    "TrainingAccuracy", "TrainingMetric", "TrainingStats", "UpdateRuleOptimizer", "WallclockTime",
-    "Compose", "Normalize", "RandomCrop", "RandomHorizontalFlip")}
+    "AcceleGradOptimizer", "AdaGradOptimizer", "AdamOptimizer", "AdamWOptimizer", "BucketSampler", "CPUUtilization",
+    "CSVLogger", "Checkpoint", "ChoiceSampler", "Compose", "CosineSchedule", "Cutout", "Dataset", "EarlyStopping",
+    "EpochSummary", "FinalTestAccuracy", "GradientDescent", "JSONLogger", "LAMBOptimizer", "LARSOptimizer",
+    "Latency", "LearningRateSchedule", "MomentumOptimizer", "MultiStepSchedule", "Normalize", "NumpyDataset",
+    "OneCycleSchedule", "Optimizer", "OrderedSampler", "PeakMemory", "PhaseBreakdown", "PlotWriter", "ProgressBar",
+    "RMSPropOptimizer", "RandomCrop", "RandomHorizontalFlip", "ResourceTable", "Sampler", "ShuffleSampler",
+    "StepSchedule", "StopAfter", "StopWhenAccuracy", "TestAccuracy", "TestMetric", "Throughput", "TimeToAccuracy",
+    "ThreeStepOptimizer", "TopKAccuracy", "Trainer", "TrainerEvent", "TrainingAccuracy", "TrainingMetric",
+    "TrainingStats", "UpdateRuleOptimizer", "WallclockTime", "WarmupSchedule", "chain")}
 _LAZY["run_recipe"] = "d5.recipe"
 _LAZY["load_onnx"] = "d5.network.onnx_import"
 _LAZY["save_onnx"] = "d5.network.onnx_export"
-_SUBMODULES = {"ops", "network", "training", "distributed", "frameworks", "datasets", "models", "bench", "recipe"}
+_SUBMODULES = {"ops", "network", "training", "distributed", "frameworks", "datasets", "models", "bench", "recipe",
+               "sweep"}
 
 
 def __getattr__(name: str):

@@ -462,7 +462,13 @@ def run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Se
     validation_sampler = _call(spec, "validation_sampler", OrderedSampler, test_set, batch_size)
     events = list(spec.get("events", ())) + [metric for metric, _ in metrics]
 
+    if overrides.checkpoint is not None:
+        from d5.training.checkpoint import Checkpoint
+
+        events.append(Checkpoint(overrides.checkpoint, every_steps=overrides.checkpoint_every))
     trainer = Trainer(train_sampler, validation_sampler, executor, optimizer, events=events, progress=progress)
+    if overrides.resume:
+        _resume(overrides.checkpoint, executor, trainer, verbose)
     with thread_budget(overrides.threads, _framework_name(resolved["executor"])):
         pools = _thread_pools()  # what the run really used, measured inside the budget
         stats = trainer.run(epochs)
@@ -491,6 +497,16 @@ def run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Se
         write_result(overrides.json, "recipe", {row["metric"]: row for row in rows}, environment=environment,
                      extra=record)
     return passed
+
+
+def _resume(directory: str, executor: Any, trainer: Any, verbose: bool) -> None:
+    """``--resume``: the newest checkpoint in ``directory`` back into the run (a fresh start when there is none)."""
+    from d5.training.checkpoint import resume
+
+    step = resume(directory, executor, trainer)
+    if verbose:
+        print(f"resuming from the checkpoint at step {step} in {directory}" if step is not None else
+              f"no checkpoint in {directory} yet: starting afresh", flush=True)
 
 
 def _metric_row(metric: Any, threshold: float | None) -> dict:

@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import math
 import sys
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from d5.errors import RecipeError
@@ -141,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument(override.flag, dest=override.name, type=override.convert, metavar=override.metavar,
                             help=override.help)
     parser.add_argument("--json", metavar="PATH", help="write the result, its environment and configuration as JSON")
+    # Where the run's state goes, not what it computes: not overrides (a resumed run computes what an
+    # uninterrupted one does), so neither recorded in the argv nor swept.
+    parser.add_argument("--checkpoint", metavar="DIR", help="save checkpoints of the run into DIR")
+    parser.add_argument("--checkpoint-every", dest="checkpoint_every", type=int, metavar="N",
+                        help="checkpoint every N optimizer steps (default: at the end of every epoch)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the newest checkpoint in --checkpoint DIR (a fresh start when none)")
     return parser
 
 
@@ -168,6 +176,13 @@ def parse_overrides(argv: Sequence[str] | None) -> argparse.Namespace:
             raise RecipeError(f"{override.flag} {problem}")
     if args.json is not None:
         check_writable(args.json, "--json path")  # now, not after training: a bad path must not lose the results
+    if args.checkpoint is None and (args.resume or args.checkpoint_every is not None):
+        raise RecipeError(f"{'--resume' if args.resume else '--checkpoint-every'} needs --checkpoint DIR (where the "
+                          "checkpoints are)")
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise RecipeError(f"--checkpoint-every must be >= 1 (steps), got {args.checkpoint_every}")
+    if args.checkpoint is not None:
+        check_writable(Path(args.checkpoint) / "step-000000000.d5ckpt", "--checkpoint directory")
     return args
 
 

@@ -21,6 +21,9 @@ _EXPORTS = {
     "write_result": "results", "read_result": "results", "to_jsonable": "results",
     "SCHEMA_VERSION": "results",
     "markdown_table": "report", "plot_samples": "report",
+    "write_report": "report", "load_results": "report", "aggregate": "report", "aggregate_point": "report",
+    "check_payload": "results", "PAYLOAD_FORMATS": "results",
+    "thread_pools": "environment", "mpi_info": "environment",
 }
 
 __all__ = sorted(_EXPORTS)

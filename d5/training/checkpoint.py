@@ -318,6 +318,9 @@ class Checkpoint(TrainerEvent):
     >>> # resume("ckpt", executor, trainer); trainer.run(epochs)   # continues where the last run stopped
     """
 
+    #: After every other event has seen the step or epoch, so their saved states include it.
+    hook_order = 100
+
     def __init__(self, directory: str | os.PathLike, every_steps: int | None = None, keep_last: int = 2) -> None:
         if every_steps is not None and (isinstance(every_steps, bool) or not isinstance(every_steps, int)
                                         or every_steps < 1):
