@@ -517,6 +517,10 @@ def _metric_row(metric: Any, threshold: float | None) -> dict:
     summary = getattr(type(metric), "summary", None)
     if isinstance(summary, property) and getattr(metric, "step_times", None):
         row["step_time"] = metric.summary.as_dict()  # WallclockTime: median and CI of the step times
+    if callable(getattr(metric, "details", None)):
+        details = metric.details()  # percentiles, medians with CIs, resource rows, per-epoch histories
+        if details:
+            row["result"] = details
     return row
 
 
