@@ -27,7 +27,7 @@ _LAZY = {name: "d5.training" for name in (
     "CSVLogger", "Checkpoint", "ChoiceSampler", "Compose", "CosineSchedule", "Cutout", "Dataset", "EarlyStopping",
     "EpochSummary", "FinalTestAccuracy", "GradientDescent", "JSONLogger", "LAMBOptimizer", "LARSOptimizer",
     "Latency", "LearningRateSchedule", "MomentumOptimizer", "MultiStepSchedule", "Normalize", "NumpyDataset",
-    "OneCycleSchedule", "Optimizer", "OrderedSampler", "PeakMemory", "PhaseBreakdown", "PlotWriter", "ProgressBar",
+    "OneCycleSchedule", "Optimizer", "OrderedSampler", "PeakMemory", "Perplexity", "PhaseBreakdown", "PlotWriter", "ProgressBar",
     "RMSPropOptimizer", "RandomCrop", "RandomHorizontalFlip", "ResourceTable", "Sampler", "ShuffleSampler",
     "StepSchedule", "StopAfter", "StopWhenAccuracy", "TestAccuracy", "TestMetric", "Throughput", "TimeToAccuracy",
     "ThreeStepOptimizer", "TopKAccuracy", "Trainer", "TrainerEvent", "TrainingAccuracy", "TrainingMetric",

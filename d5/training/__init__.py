@@ -9,8 +9,8 @@ from d5.training.dataset import Dataset, NumpyDataset, SequenceDataset, TokenWin
 from d5.training.early_stopping import EarlyStopping
 from d5.training.events import (CSVLogger, EpochSummary, HyperparameterSchedule, JSONLogger, LearningRateSchedule,
                                 ProgressBar, StopAfter, StopWhenAccuracy, TrainerEvent)
-from d5.training.metrics import (FinalTestAccuracy, Latency, OutputError, RunTime, TestAccuracy, TestMetric,
-                                 Throughput, TimeToAccuracy, TopKAccuracy, TrainingAccuracy, TrainingMetric,
+from d5.training.metrics import (FinalTestAccuracy, Latency, OutputError, Perplexity, RunTime, TestAccuracy,
+                                 TestMetric, Throughput, TimeToAccuracy, TopKAccuracy, TrainingAccuracy, TrainingMetric,
                                  WallclockTime)
 from d5.training.optimizer import Optimizer, ThreeStepOptimizer, UpdateRuleOptimizer
 from d5.training.optimizers import (AcceleGradOptimizer, AdaGradOptimizer, AdamOptimizer, AdamWOptimizer,
@@ -30,7 +30,7 @@ __all__ = [
     "Cutout", "Dataset", "EarlyStopping", "EpochSummary", "FinalTestAccuracy", "GradientDescent",
     "HyperparameterSchedule", "JSONLogger", "LAMBOptimizer", "LARSOptimizer", "Latency", "LearningRateSchedule",
     "LinearSchedule", "MomentumOptimizer", "MultiStepSchedule", "Normalize", "NumpyDataset", "OneCycleSchedule",
-    "Optimizer", "OrderedSampler", "OutputError", "PeakMemory", "PhaseBreakdown", "PlotWriter", "ProgressBar",
+    "Optimizer", "OrderedSampler", "OutputError", "PeakMemory", "Perplexity", "PhaseBreakdown", "PlotWriter", "ProgressBar",
     "RMSPropOptimizer", "RandomCrop", "RandomHorizontalFlip", "ResourceTable", "RunTime", "Sampler", "Schedule",
     "SequenceDataset", "ShuffleSampler", "StepSchedule", "StopAfter", "StopWhenAccuracy", "TestAccuracy",
     "TestMetric", "ThreeStepOptimizer", "Throughput", "TimeToAccuracy", "TokenWindowDataset", "TopKAccuracy",

@@ -6,13 +6,13 @@ Two kinds:
   ``reruns`` times, then ``measure``), e.g. :class:`RunTime` and :class:`OutputError`.
 * :class:`TrainingMetric` — a :class:`~d5.training.events.TrainerEvent` that observes a training run and
   yields one number: :class:`TestAccuracy`, :class:`TrainingAccuracy`, :class:`TopKAccuracy`,
-  :class:`FinalTestAccuracy`, :class:`WallclockTime`, :class:`Throughput`, :class:`TimeToAccuracy`,
-  :class:`Latency`; in other modules :class:`~d5.training.resources.PeakMemory`,
-  :class:`~d5.training.resources.CPUUtilization`, :class:`~d5.training.resources.ResourceTable` and
-  :class:`~d5.training.breakdown.PhaseBreakdown`. Pass them as events to the Trainer; a recipe then checks
-  ``metric.is_met(threshold)``. Each has ``as_dict()`` (JSON-ready: value, unit and, where it has samples,
-  their median with a non-parametric confidence interval) for a result file, and the state protocol
-  (``state_dict``/``load_state_dict``) for checkpoints.
+  :class:`Perplexity` (a language model's, lower is better), :class:`FinalTestAccuracy`,
+  :class:`WallclockTime`, :class:`Throughput`, :class:`TimeToAccuracy`, :class:`Latency`; in other modules
+  :class:`~d5.training.resources.PeakMemory`, :class:`~d5.training.resources.CPUUtilization`,
+  :class:`~d5.training.resources.ResourceTable` and :class:`~d5.training.breakdown.PhaseBreakdown`. Pass them
+  as events to the Trainer; a recipe then checks ``metric.is_met(threshold)``. Each has ``as_dict()``
+  (JSON-ready: value, unit and, where it has samples, their median with a non-parametric confidence interval)
+  for a result file, and the state protocol (``state_dict``/``load_state_dict``) for checkpoints.
 
 >>> accuracy = TestAccuracy()
 >>> # Trainer(train, test, executor, optimizer, events=[accuracy]).run(5)
@@ -423,6 +423,93 @@ def _label_of(sampler: Any) -> str:
     return getattr(getattr(sampler, "dataset", None), "label_node", "label")
 
 
+#: exp() of a mean cross-entropy above this overflows a float64: the perplexity is then reported as inf.
+_MAX_EXPONENT = math.log(np.finfo(np.float64).max)
+
+
+class Perplexity(_EpochHistory):
+    """A language model's perplexity on the validation set after each epoch: ``exp`` of the mean per-word
+    cross-entropy (nats) over all the set's words. Lower is better; ``history`` holds every epoch's value and
+    ``cross_entropy`` the last mean loss per word.
+
+    The network's loss output (the trainer's ``loss``, e.g. :func:`d5.models.lstm_lm`'s) must be the *mean*
+    cross-entropy over the words of its batch; each batch is weighted by its word count (the size of its label
+    tensor, ``N * steps``), so a short last batch counts for what it holds. :meth:`add` takes one batch's
+    mean loss and word count directly, without a trainer:
+
+    >>> import math
+    >>> perplexity = Perplexity()
+    >>> perplexity.add(loss=math.log(100.0), words=400)   # 400 words at perplexity 100 ...
+    >>> perplexity.add(loss=math.log(10.0), words=100)    # ... and 100 at perplexity 10
+    >>> round(perplexity.current(), 3)                     # exp(mean loss per word) = 100 ** 0.8 * 10 ** 0.2
+    63.096
+    >>> Perplexity().describe(120.0)
+    'Perplexity = n/a (target <= 120: NOT met)'
+    """
+
+    name, unit, higher_is_better = "Perplexity", "", False
+    state_fields = ("value", "history", "last_epoch", "nll_sum", "words")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nll_sum = 0.0   # summed cross-entropy (nats) of the words counted so far in this evaluation
+        self.words = 0
+
+    def add(self, loss: Any, words: int) -> None:
+        """Count one batch: its mean cross-entropy per word ``loss`` (a number or a one-element array) over
+        ``words`` words."""
+        if isinstance(words, bool) or not isinstance(words, (int, np.integer)) or words < 1:
+            raise D5Error(f"Perplexity.add(words={words!r}): words must be an int >= 1, the number of words whose "
+                          "mean cross-entropy the loss is")
+        mean = np.asarray(loss, dtype=np.float64)
+        if mean.size != 1:
+            raise D5Error(f"Perplexity: the loss must be one number (the mean cross-entropy per word), got an array "
+                          f"of shape {mean.shape}; give the network a loss with reduction='mean'")
+        self.nll_sum += float(mean.reshape(())) * int(words)
+        self.words += int(words)
+
+    @property
+    def cross_entropy(self) -> float | None:
+        """Mean cross-entropy per word (nats) of the words counted so far; None before the first."""
+        return self.nll_sum / self.words if self.words else None
+
+    def current(self) -> float:
+        """``exp(cross_entropy)`` of the words counted so far (``inf`` when that overflows)."""
+        mean = self.cross_entropy
+        if mean is None:
+            raise D5Error("Perplexity: no words counted yet; pass the metric as an event to a Trainer with a "
+                          "validation sampler, or call add(loss, words)")
+        return math.exp(mean) if mean <= _MAX_EXPONENT else math.inf  # nan stays nan: a diverged model
+
+    def before_training(self, trainer: Trainer) -> None:
+        if trainer.validation_sampler is None:
+            raise D5Error("Perplexity is measured on the validation set; give the Trainer a validation sampler "
+                          "(Trainer(train_sampler, validation_sampler, ...))")
+        self._reset_unless_resumed(trainer)
+
+    def before_test_set(self, trainer: Trainer) -> None:
+        self.nll_sum, self.words = 0.0, 0
+
+    def after_test_batch(self, trainer: Trainer, batch: dict, outputs: dict) -> None:
+        loss = outputs.get(trainer.loss)
+        if loss is None:
+            raise D5Error(f"Perplexity needs the network's loss output {trainer.loss!r} (its mean cross-entropy per "
+                          f"word) on the validation batches, but the outputs are {sorted(outputs)}; give the network "
+                          "that output (d5.models.lstm_lm has 'loss')")
+        label_node = _label_of(trainer.validation_sampler)
+        labels = batch.get(label_node)
+        if labels is None:
+            raise D5Error(f"Perplexity counts the words of each validation batch in its label {label_node!r}, which "
+                          f"the batch lacks (it has {sorted(batch)})")
+        self.add(loss, int(np.size(labels)))
+
+    def after_test_set(self, trainer: Trainer, stats: EvaluationStats) -> None:
+        self._record(trainer.epoch, self.current())
+
+    def details(self) -> dict[str, Any]:
+        return {"history": list(self.history), "cross_entropy": self.cross_entropy, "words": self.words}
+
+
 class FinalTestAccuracy(TrainingMetric):
     """Accuracy (percent) of the final model on a test set, measured once when training ends.
 
@@ -746,5 +833,5 @@ def check_metrics(metrics: Sequence[tuple[TrainingMetric, float]]) -> tuple[bool
 
 
 __all__ = ["TestMetric", "RunTime", "OutputError", "TrainingMetric", "TestAccuracy", "TrainingAccuracy",
-           "TopKAccuracy", "FinalTestAccuracy", "WallclockTime", "Throughput", "TimeToAccuracy", "Latency",
-           "check_metrics", "top_k_correct", "nearest_rank_percentile", "summary_dict"]
+           "TopKAccuracy", "Perplexity", "FinalTestAccuracy", "WallclockTime", "Throughput", "TimeToAccuracy",
+           "Latency", "check_metrics", "top_k_correct", "nearest_rank_percentile", "summary_dict"]
