@@ -60,6 +60,9 @@ bench: $(STAMP) data
 	$(PY) benchmarks/batch1_latency.py
 	$(PY) benchmarks/nms.py
 	$(PY) benchmarks/frameworks.py
+	$(PY) benchmarks/data_pipeline.py
+	$(PY) benchmarks/training_overhead.py
+	$(PY) benchmarks/sweep_overhead.py
 
 clean:
 	rm -rf build *.egg-info d5/_C*.so .pytest_cache
