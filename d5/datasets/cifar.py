@@ -33,7 +33,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from d5.datasets.mnist import _file_key, _pixel_stats, check_labels
-from d5.datasets.storage import Checksum, DatasetSource, RemoteFile, fetch_files
+from d5.datasets.storage import Checksum, DatasetSource, RemoteFile, fetch_files, read_archive_members
 from d5.errors import DatasetError
 from d5.training.dataset import NumpyDataset
 
@@ -166,30 +166,7 @@ def _unpickle_dict(handle, source: str) -> dict:
 
 def _read_members(path: Path, wanted: Dict[str, str]) -> Dict[str, dict]:
     """Unpickle the archive members ``wanted`` ({member path: short name}) in one pass over the gzip."""
-    found: Dict[str, dict] = {}
-    try:
-        with tarfile.open(path, mode="r|gz") as archive:  # a stream: the gzip is decompressed once
-            for member in archive:
-                name = member.name[2:] if member.name.startswith("./") else member.name
-                if name not in wanted:
-                    continue
-                source = f"{os.fspath(path)!r} member {name!r}"
-                if name in found:
-                    raise DatasetError(f"{source} appears twice; the archive is not the official one.")
-                if not member.isfile() or member.size > _MAX_MEMBER_BYTES:
-                    raise DatasetError(f"{source} should be a regular file of at most {_MAX_MEMBER_BYTES} bytes; "
-                                       "the archive is not the official one. Delete it and download it again.")
-                found[name] = _unpickle_dict(archive.extractfile(member), source)
-    except DatasetError:
-        raise
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
-        raise DatasetError(f"{os.fspath(path)!r} is not a readable .tar.gz archive ({err}). Delete it and "
-                           "download it again.") from None
-    missing = [name for name in wanted if name not in found]
-    if missing:
-        raise DatasetError(f"{os.fspath(path)!r} lacks {', '.join(missing)}: it is not the official archive "
-                           f"(which holds {', '.join(wanted)}). Delete it and download it again.")
-    return found
+    return read_archive_members(path, wanted, _unpickle_dict, _MAX_MEMBER_BYTES)
 
 
 def _batch_arrays(batch: dict, layout: CifarLayout, source: str) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from d5.errors import DatasetError
-from d5.training.dataset import Dataset, Index
+from d5.training.dataset import Dataset, Index, batch_indices
 
 #: File name endings read as images (case-insensitive).
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
@@ -105,15 +105,7 @@ class ImageFilesDataset(Dataset):
             if not -len(self) <= index < len(self):
                 raise DatasetError(f"{type(self).__name__} index {index} out of range for {len(self)} images.")
             return {self.input_node: self._read(int(index)), self.label_node: np.array(self.labels[index])}
-        if isinstance(index, slice):
-            index = np.arange(len(self))[index]
-        if not isinstance(index, np.ndarray) or index.ndim != 1 or not (
-                np.issubdtype(index.dtype, np.integer) or index.size == 0):
-            raise DatasetError(f"{type(self).__name__} index must be an int, a slice or a 1-D integer numpy array; "
-                               f"got {type(index).__name__}.")
-        if index.size and (index.min() < -len(self) or index.max() >= len(self)):
-            raise DatasetError(f"{type(self).__name__} index out of range for {len(self)} images: "
-                               f"{index[(index < -len(self)) | (index >= len(self))][:5].tolist()}.")
+        index = batch_indices(index, len(self), type(self).__name__)
         images = [self._read(int(i)) for i in index]
         shapes = {image.shape for image in images}
         if len(shapes) > 1:

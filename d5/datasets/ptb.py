@@ -39,8 +39,6 @@ import dataclasses
 import functools
 import hashlib
 import os
-import tarfile
-import zlib
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -48,7 +46,7 @@ import numpy as np
 
 from d5.datasets.mnist import _file_key
 from d5.datasets.storage import (DEFAULT_TIMEOUT_S, Checksum, DatasetSource, RemoteFile, fetch_files,
-                                 search_dirs)
+                                 read_archive_members, search_dirs)
 from d5.errors import DatasetError
 from d5.training.dataset import TokenWindowDataset
 
@@ -180,33 +178,12 @@ def read_archive(path: str | os.PathLike) -> Dict[str, str]:
     not the official file.
     """
     path = Path(path)
-    wanted = {member: split for split, member in ARCHIVE_MEMBERS.items()}
+    split_of = {member: split for split, member in ARCHIVE_MEMBERS.items()}
+    members = read_archive_members(path, split_of, lambda handle, source: (handle.read(), source), _MAX_MEMBER_BYTES)
     texts: Dict[str, str] = {}
-    try:
-        with tarfile.open(path, mode="r|gz") as archive:  # a stream: the gzip is decompressed once
-            for member in archive:
-                name = member.name[2:] if member.name.startswith("./") else member.name
-                split = wanted.get(name)
-                if split is None:
-                    continue
-                source = f"{os.fspath(path)!r} member {name!r}"
-                if split in texts:
-                    raise DatasetError(f"{source} appears twice; the archive is not the official one.")
-                if not member.isfile() or member.size > _MAX_MEMBER_BYTES:
-                    raise DatasetError(f"{source} should be a regular file of at most {_MAX_MEMBER_BYTES} bytes; "
-                                       "the archive is not the official one. Delete it and download it again.")
-                raw = archive.extractfile(member).read()
-                _verify_member(raw, split, source)
-                texts[split] = _decode(raw, source)
-    except DatasetError:
-        raise
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
-        raise DatasetError(f"{os.fspath(path)!r} is not a readable .tgz archive ({err}). Delete it and download "
-                           "it again.") from None
-    missing = [ARCHIVE_MEMBERS[split] for split in SPLITS if split not in texts]
-    if missing:
-        raise DatasetError(f"{os.fspath(path)!r} lacks {', '.join(missing)}: it is not Mikolov's "
-                           "simple-examples.tgz. Delete it and download it again.")
+    for member, (raw, source) in members.items():
+        _verify_member(raw, split_of[member], source)
+        texts[split_of[member]] = _decode(raw, source)
     return texts
 
 

@@ -20,10 +20,12 @@ import functools
 import hashlib
 import http.client
 import os
+import tarfile
 import urllib.parse
 import urllib.request
+import zlib
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Tuple
 
 from d5.errors import DatasetError
 from d5.io_utils import atomic_write
@@ -274,5 +276,39 @@ def fetch_files(source: DatasetSource, data_dir: str | os.PathLike | None = None
     return found
 
 
-__all__ = ["Checksum", "RemoteFile", "DatasetSource", "data_home", "search_dirs", "verify_file",
+
+def read_archive_members(path: str | os.PathLike, wanted: Iterable[str], read: Callable[[BinaryIO, str], Any],
+                         max_member_bytes: int) -> Dict[str, Any]:
+    """``{member: read(file, source)}`` for the ``wanted`` members of the ``.tar.gz`` at ``path``, in one
+    streamed pass over the gzip (member names with or without a leading ``./``); ``source`` names the member for
+    messages. A damaged archive, or a wanted member that is missing, repeated, not a regular file or larger than
+    ``max_member_bytes`` (not the official archive) is a :class:`DatasetError` saying to download it again."""
+    wanted = list(wanted)
+    found: Dict[str, Any] = {}
+    try:
+        with tarfile.open(path, mode="r|gz") as archive:  # a stream: the gzip is decompressed once
+            for member in archive:
+                name = member.name[2:] if member.name.startswith("./") else member.name
+                if name not in wanted:
+                    continue
+                source = f"{os.fspath(path)!r} member {name!r}"
+                if name in found:
+                    raise DatasetError(f"{source} appears twice; the archive is not the official one.")
+                if not member.isfile() or member.size > max_member_bytes:
+                    raise DatasetError(f"{source} should be a regular file of at most {max_member_bytes} bytes; "
+                                       "the archive is not the official one. Delete it and download it again.")
+                found[name] = read(archive.extractfile(member), source)
+    except DatasetError:
+        raise
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
+        raise DatasetError(f"{os.fspath(path)!r} is not a readable .tar.gz archive ({err}). Delete it and "
+                           "download it again.") from None
+    missing = [name for name in wanted if name not in found]
+    if missing:
+        raise DatasetError(f"{os.fspath(path)!r} lacks {', '.join(missing)}: it is not the official archive "
+                           f"(which holds {', '.join(wanted)}). Delete it and download it again.")
+    return found
+
+
+__all__ = ["Checksum", "RemoteFile", "DatasetSource", "data_home", "search_dirs", "verify_file", "read_archive_members",
            "download_file", "fetch_files", "DATA_DIR_ENV"]

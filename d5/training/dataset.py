@@ -124,6 +124,27 @@ def _integer_array(values, what: str, ndim: int) -> np.ndarray:
     return array
 
 
+def batch_indices(index: Any, length: int, what: str) -> np.ndarray:
+    """A slice or a 1-D integer array as checked ``np.intp`` indices into ``length`` examples; anything else,
+    or an index out of range, is a :class:`DatasetError` naming ``what`` (e.g. ``'SequenceDataset'``).
+
+    >>> batch_indices(slice(1, None, 2), 5, "MyDataset").tolist()
+    [1, 3]
+    """
+    if isinstance(index, slice):
+        return np.arange(length)[index]
+    if not isinstance(index, np.ndarray) or index.ndim != 1 or not (
+            np.issubdtype(index.dtype, np.integer) or index.size == 0):
+        raise DatasetError(f"{what} index must be an int, a slice or a 1-D integer numpy array; got "
+                           f"{type(index).__name__}{getattr(index, 'shape', '')}. Wrap lists with np.asarray(indices).")
+    index = index.astype(np.intp, copy=False)
+    if index.size and (index.min() < -length or index.max() >= length):
+        bad = index[(index < -length) | (index >= length)]
+        raise DatasetError(f"{what} index {bad[:5].tolist()} out of range for {length} examples; valid indices are "
+                           f"0..{length - 1}.")
+    return index
+
+
 class TokenWindowDataset(Dataset):
     """A stream of token ids cut the way Zaremba et al. batch a language model's data (TensorFlow's PTB
     ``reader.py``): the stream is cut into ``batch_size`` rows of ``len(stream) // batch_size`` tokens (the
@@ -173,19 +194,7 @@ class TokenWindowDataset(Dataset):
 
     def __getitem__(self, index: Index) -> Dict[str, np.ndarray]:
         single = isinstance(index, numbers.Integral) and not isinstance(index, bool)
-        if single:
-            index = np.array([index])
-        elif isinstance(index, slice):
-            index = np.arange(len(self))[index]
-        elif not isinstance(index, np.ndarray) or index.ndim != 1 or not (
-                np.issubdtype(index.dtype, np.integer) or index.size == 0):
-            raise DatasetError(f"TokenWindowDataset index must be an int, a slice or a 1-D integer numpy array; got "
-                               f"{type(index).__name__}. Wrap lists with np.asarray(indices).")
-        index = index.astype(np.intp, copy=False)
-        if index.size and (index.min() < -len(self) or index.max() >= len(self)):
-            bad = index[(index < -len(self)) | (index >= len(self))]
-            raise DatasetError(f"TokenWindowDataset index {bad[:5].tolist()} out of range for {len(self)} windows; "
-                               f"valid indices are 0..{len(self) - 1}.")
+        index = batch_indices(np.array([index]) if single else index, len(self), "TokenWindowDataset")
         window, row = np.divmod(index % len(self), self.batch_size)
         columns = (window * self.steps)[:, None] + self._offsets    # (N, steps); one gather per array
         rows = row[:, None]
@@ -255,12 +264,7 @@ class SequenceDataset(Dataset):
             if self.length_node:
                 batch[self.length_node] = np.array(self.lengths[index])
             return batch
-        if isinstance(index, slice):
-            index = np.arange(len(self))[index]
-        index = _integer_array(index, "SequenceDataset index", 1).astype(np.intp, copy=False)
-        if index.size and (index.min() < -len(self) or index.max() >= len(self)):
-            raise DatasetError(f"SequenceDataset index out of range for {len(self)} sequences: "
-                               f"{index[(index < -len(self)) | (index >= len(self))][:5].tolist()}.")
+        index = batch_indices(index, len(self), "SequenceDataset")
         lengths = self.lengths[index]
         first = self.sequences[0]
         padded = np.full((index.size, int(lengths.max(initial=0))) + first.shape[1:], self.pad_value, first.dtype)

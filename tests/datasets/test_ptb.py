@@ -219,7 +219,7 @@ def test_the_text_files_are_preferred_to_the_archive(tmp_path, monkeypatch):
 @pytest.mark.parametrize("make, problem", [
     (lambda texts: archive_bytes(texts, skip="valid"), "lacks simple-examples/data/ptb.valid.txt"),
     (lambda texts: archive_bytes({**texts, "test": texts["test"] + " extra \n"}), "does not match the recorded"),
-    (lambda texts: archive_bytes(texts)[:300], "not a readable .tgz"),
+    (lambda texts: archive_bytes(texts)[:300], "not a readable"),
 ])
 def test_a_damaged_or_foreign_archive_is_refused(tmp_path, monkeypatch, make, problem):
     texts = generated_texts()
