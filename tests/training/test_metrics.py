@@ -15,52 +15,10 @@ from d5.training.metrics import (OutputError, RunTime, TestAccuracy, TestMetric,
 from d5.training.optimizers import GradientDescent
 from d5.training.sampler import OrderedSampler, ShuffleSampler
 from d5.training.trainer import Trainer
+from softmax_regression import SoftmaxRegression, SoftmaxRegressionNetwork, three_blobs  # tests/support
 
 
-class _Network:
-    """Live state of softmax regression ``logits = x @ W`` (3 classes) with mean cross-entropy."""
-
-    outputs = ["output", "loss"]
-
-    def __init__(self):
-        self.tensors = {"W": np.zeros((3, 3))}
-
-    def get_params(self):
-        return ["W"]
-
-    def gradient(self, y="loss"):
-        return [("W", "W_grad")]
-
-    def fetch_tensors(self, names):
-        return [self.tensors[name] for name in names]
-
-    def feed_tensor(self, name, value, is_param=False):
-        self.tensors[name] = value
-
-
-class _Executor:
-    def __init__(self):
-        self.network = _Network()
-
-    def inference(self, inputs):
-        logits = inputs["input"] @ self.network.tensors["W"]
-        log_prob = logits - logits.max(1, keepdims=True)
-        log_prob -= np.log(np.exp(log_prob).sum(1, keepdims=True))
-        self._log_prob = log_prob
-        return {"output": logits, "loss": -log_prob[np.arange(len(log_prob)), inputs["label"]].mean()}
-
-    def inference_and_backprop(self, inputs, y="loss"):
-        outputs = self.inference(inputs)
-        d_logits = np.exp(self._log_prob)
-        d_logits[np.arange(len(d_logits)), inputs["label"]] -= 1.0
-        self.network.tensors["W_grad"] = inputs["input"].T @ d_logits / len(d_logits)
-        return outputs
-
-
-def _dataset(n, seed):
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, 3, n)
-    return NumpyDataset(3.0 * np.eye(3)[labels] + 1.2 * rng.standard_normal((n, 3)), labels)
+_Network, _Executor, _dataset = SoftmaxRegressionNetwork, SoftmaxRegression, three_blobs
 
 
 class _EpochRecorder(TrainerEvent):
@@ -230,7 +188,7 @@ class _TenClassExecutor(_Executor):
     """Softmax regression with 10 classes over 3 features: top-k for k < 10 is informative."""
 
     def __init__(self):
-        self.network = _Network()
+        super().__init__()
         self.network.tensors["W"] = np.random.default_rng(5).standard_normal((3, 10))
 
 

@@ -22,58 +22,14 @@ from d5.training.resources import (MIB, RESOURCE_COLUMNS, CPUUtilization, PeakMe
                                    ResourceTable)
 from d5.training.sampler import OrderedSampler, ShuffleSampler
 from d5.training.trainer import Trainer
+from softmax_regression import SoftmaxRegression, SoftmaxRegressionNetwork, three_blobs  # tests/support
 
 
-class Network:
-    outputs = ["output", "loss"]
-
-    def __init__(self):
-        self.tensors = {"W": np.zeros((3, 3))}
-
-    def get_params(self):
-        return ["W"]
-
-    def gradient(self, y="loss"):
-        return [("W", "W_grad")]
-
-    def fetch_tensors(self, names):
-        return [self.tensors[name] for name in names]
-
-    def feed_tensor(self, name, value, is_param=False):
-        self.tensors[name] = value
-
-
-class Executor:
-    """Softmax regression whose backward pass also spins the CPU or sleeps for ``seconds``."""
-
-    def __init__(self, work="none", seconds=0.0):
-        self.network, self.work, self.seconds = Network(), work, seconds
-
-    def inference(self, inputs):
-        logits = inputs["input"] @ self.network.tensors["W"]
-        log_prob = logits - logits.max(1, keepdims=True)
-        log_prob -= np.log(np.exp(log_prob).sum(1, keepdims=True))
-        self._log_prob = log_prob
-        return {"output": logits, "loss": -log_prob[np.arange(len(log_prob)), inputs["label"]].mean()}
-
-    def inference_and_backprop(self, inputs, y="loss"):
-        end = time.perf_counter() + self.seconds
-        if self.work == "spin":
-            while time.perf_counter() < end:
-                pass
-        elif self.work == "sleep":
-            time.sleep(self.seconds)
-        outputs = self.inference(inputs)
-        d_logits = np.exp(self._log_prob)
-        d_logits[np.arange(len(d_logits)), inputs["label"]] -= 1.0
-        self.network.tensors["W_grad"] = inputs["input"].T @ d_logits / len(d_logits)
-        return outputs
+Network, Executor = SoftmaxRegressionNetwork, SoftmaxRegression
 
 
 def dataset(n, seed):
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, 3, n)
-    return NumpyDataset(3.0 * np.eye(3)[labels] + rng.standard_normal((n, 3)), labels)
+    return three_blobs(n, seed, noise=1.0)
 
 
 def trainer_for(events, work="none", seconds=0.0, validation=True):
@@ -131,7 +87,7 @@ def test_peak_memory_is_the_kernels_high_water_mark_when_the_run_sets_it(tmp_pat
     kernel's mark (VmHWM in /proc/self/status), above the RSS seen right after the allocation."""
     script = textwrap.dedent("""
         import json, sys, numpy as np, psutil
-        sys.path.insert(0, {here!r})
+        sys.path[:0] = [{here!r}, {support!r}]
         from test_resources import Executor, trainer_for
         from d5.training.resources import PeakMemory, MIB
 
@@ -151,7 +107,8 @@ def test_peak_memory_is_the_kernels_high_water_mark_when_the_run_sets_it(tmp_pat
         hwm = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM"))
         print(json.dumps({{"peak": peak.value, "exact": peak.exact, "average": peak.average,
                           "seen": trainer.executor.seen / MIB, "hwm": hwm / MIB}}))
-    """).format(here=os.path.dirname(__file__))
+    """).format(here=os.path.dirname(__file__),
+                support=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
