@@ -44,7 +44,8 @@ OPTIMIZER_NAMES = ("GradientDescent", "MomentumOptimizer", "AdamOptimizer", "Ada
                    "RMSPropOptimizer")
 
 #: Public names every framework package exports.
-REQUIRED_NAMES = ("NAME", "CAPABILITIES", "from_model", "from_onnx", "from_native", "custom_op") + OPTIMIZER_NAMES
+REQUIRED_NAMES = ("NAME", "CAPABILITIES", "from_model", "from_onnx", "from_native", "custom_op",
+                  "native_op") + OPTIMIZER_NAMES
 
 
 @dataclasses.dataclass(frozen=True)

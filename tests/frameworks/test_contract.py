@@ -312,3 +312,28 @@ def test_a_custom_python_operator_trains_inside_a_network(framework):
 def test_bad_input_raises_the_same_d5_errors(framework, feed, error):
     with pytest.raises(error):
         framework.from_model(_bn_network()).inference_and_backprop(feed, "loss")
+
+
+NATIVE_OP_CASES = [
+    ("Relu", {}, [(3, 4)]),
+    ("Gemm", {"transB": 1}, [(2, 3), (4, 3), (4,)]),
+    ("Conv", {"pads": [1, 1, 1, 1], "strides": [2, 1]}, [(2, 3, 5, 6), (4, 3, 3, 3)]),
+    ("Softmax", {"axis": -1}, [(2, 5)]),
+    ("MatMul", {}, [(2, 3, 4), (4, 5)]),
+    ("Tanh", {}, [(2, 3)]),
+]
+
+
+@pytest.mark.parametrize("op_type, attributes, shapes", NATIVE_OP_CASES, ids=[c[0] for c in NATIVE_OP_CASES])
+def test_native_op_agrees_with_the_reference_and_its_gradient_with_finite_differences(framework, op_type, attributes,
+                                                                                      shapes):
+    """``native_op`` wraps the framework's own kernel as a CustomOp: same forward as the reference operator,
+    and a backward that passes d5.ops.test_gradient (the seeds' L0 operator validation)."""
+    from d5.ops import test_forward, test_gradient
+
+    rng = np.random.default_rng(0)
+    inputs = [rng.uniform(0.1, 1.0, shape).astype(np.float32) * rng.choice([-1, 1], shape).astype(np.float32)
+              for shape in shapes]
+    op, oracle = framework.native_op(op_type, **attributes), reference.native_op(op_type, **attributes)
+    assert test_forward(op, inputs, oracle.forward, rtol=1e-5, atol=1e-5)
+    assert test_gradient(op, [x.astype(np.float64) for x in inputs])

@@ -26,7 +26,7 @@ import torch  # noqa: E402
 
 from d5.errors import GraphError  # noqa: E402
 from d5.frameworks.base import NATIVE_LOSSES, Capabilities, add_native_loss  # noqa: E402, F401 (NATIVE_LOSSES: re-export)
-from d5.frameworks.pytorch.custom_op import custom_op  # noqa: E402
+from d5.frameworks.pytorch.custom_op import custom_op, native_op  # noqa: E402
 from d5.frameworks.pytorch.executor import NativeModuleOp, PyTorchGraphExecutor, torch_device  # noqa: E402
 from d5.frameworks.pytorch.optimizers import (AdaGradOptimizer, AdamOptimizer, AdamWOptimizer, GradientDescent,  # noqa: E402
                                               MomentumOptimizer, RMSPropOptimizer)
@@ -95,6 +95,6 @@ def from_native(module: torch.nn.Module, loss: Any = None, inputs: Mapping[str, 
     return PyTorchGraphExecutor(network, device=device)
 
 
-__all__ = ["CAPABILITIES", "NAME", "NATIVE_LOSSES", "PyTorchGraphExecutor", "custom_op", "from_model", "from_native",
+__all__ = ["CAPABILITIES", "NAME", "NATIVE_LOSSES", "PyTorchGraphExecutor", "custom_op", "native_op", "from_model", "from_native",
            "from_onnx", "AdaGradOptimizer", "AdamOptimizer", "AdamWOptimizer", "GradientDescent", "MomentumOptimizer",
            "RMSPropOptimizer"]

@@ -56,6 +56,75 @@ def custom_op(op: CustomOp) -> CustomOpModule:
     return CustomOpModule(op)
 
 
+class NativeOp(CustomOp):
+    """A torch converter of an ONNX operator (``operators/``) as a d5 CustomOp, NumPy in and out: forward runs
+    torch's kernels, backward is torch autograd's gradient of the same computation. So ``d5.ops.test_forward``,
+    ``test_gradient`` and the operator benchmarks compare torch's kernels with the reference's and with other
+    frameworks' (the seeds' L0 operator validation). Built by :func:`native_op`."""
+
+    def __init__(self, op_type: str, attributes: dict[str, Any], opset: int | None = None) -> None:
+        super().__init__()
+        from d5.frameworks.pytorch.operators import create_operator
+
+        self.op_type = op_type
+        self.module = create_operator(op_type, attributes, opset)
+
+    def _run(self, inputs: Any, grad: bool) -> tuple[list[Any], tuple[Any, ...]]:
+        from d5.frameworks.pytorch.executor import as_module_value
+
+        self.module.train(self.training)
+        self.module.node_output_count = self.node_output_count
+        tensors = [as_module_value(x, torch.device("cpu")) for x in inputs]
+        if grad:
+            tensors = [t.detach().requires_grad_(True) if isinstance(t, torch.Tensor) and t.is_floating_point()
+                       else t for t in tensors]
+        with torch.set_grad_enabled(grad):
+            outputs = self.module(*tensors)
+        return tensors, outputs if isinstance(outputs, tuple) else (outputs,)
+
+    def forward(self, inputs: Any) -> Any:
+        from d5.frameworks.pytorch.executor import as_numpy_value
+
+        _, outputs = self._run(inputs, grad=False)
+        results = tuple(np.array(as_numpy_value(o), copy=True) if isinstance(o, torch.Tensor) else o
+                        for o in outputs)
+        return results[0] if len(results) == 1 else results
+
+    def backward(self, grads: Any, fwd_inputs: Any, fwd_outputs: Any) -> Any:
+        # Recomputed from the inputs rather than kept from forward: correct whatever ran in between (a gradient
+        # check's many forwards), at the price of one more forward.
+        tensors, outputs = self._run(fwd_inputs, grad=True)
+        wanted = [t for t in tensors if isinstance(t, torch.Tensor) and t.requires_grad]
+        pairs = [(o, torch.as_tensor(np.asarray(g), dtype=o.dtype)) for o, g in zip(outputs, grads)
+                 if isinstance(o, torch.Tensor) and o.requires_grad and g is not None]
+        found = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
+                     if pairs and wanted else [None] * len(wanted))
+        result = []
+        for tensor in tensors:
+            if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                grad = next(found)
+                result.append(np.zeros(tuple(tensor.shape), tensor.detach().numpy().dtype) if grad is None
+                              else grad.numpy())
+            else:
+                result.append(None)
+        return result[0] if len(result) == 1 else tuple(result)
+
+
+def native_op(op_type: str, opset: int | None = None, **attributes: Any) -> NativeOp:
+    """PyTorch's own implementation of ONNX operator ``op_type`` (with these attributes, at ``opset``) as a d5
+    CustomOp, for validating and timing it against other frameworks' (see :class:`NativeOp`).
+
+    >>> import numpy as np
+    >>> from d5.ops import test_gradient
+    >>> op = native_op("Softmax", axis=1)
+    >>> op.forward([np.zeros((1, 4), np.float32)]).tolist()
+    [[0.25, 0.25, 0.25, 0.25]]
+    >>> bool(test_gradient(op, [np.random.default_rng(0).standard_normal((2, 3))]))
+    True
+    """
+    return NativeOp(op_type, attributes, opset)
+
+
 class _CustomOpFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, op: CustomOp, *inputs: torch.Tensor | None):  # noqa: D401 - torch's signature

@@ -16,7 +16,7 @@ import numpy as np
 
 from d5.errors import GraphError
 from d5.frameworks.base import NATIVE_LOSSES, Capabilities, add_native_loss  # noqa: F401 (NATIVE_LOSSES: re-export)
-from d5.frameworks.reference.custom_op import custom_op
+from d5.frameworks.reference.custom_op import custom_op, native_op
 from d5.frameworks.reference.executor import ReferenceGraphExecutor
 from d5.frameworks.reference.kernels import num_threads, set_num_threads
 from d5.network.graph import Network
@@ -116,5 +116,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'd5.frameworks.reference' has no attribute {name!r}")
 
 
-__all__ = ["CAPABILITIES", "NAME", "ReferenceGraphExecutor", "custom_op", "from_model", "from_native", "from_onnx", "num_threads", "set_num_threads", "AdaGradOptimizer", "AdamOptimizer",
+__all__ = ["CAPABILITIES", "NAME", "ReferenceGraphExecutor", "custom_op", "native_op", "from_model", "from_native", "from_onnx", "num_threads", "set_num_threads", "AdaGradOptimizer", "AdamOptimizer",
            "AdamWOptimizer", "GradientDescent", "MomentumOptimizer", "RMSPropOptimizer"]

@@ -1,6 +1,8 @@
 """Custom operators on the reference framework: a d5.ops.CustomOp already is a NumPy operator."""
 from __future__ import annotations
 
+from typing import Any
+
 from d5.errors import UnsupportedOperatorError
 from d5.ops.operator import CustomOp
 
@@ -19,3 +21,17 @@ def custom_op(op: CustomOp) -> CustomOp:
     if not isinstance(op, CustomOp):
         raise UnsupportedOperatorError(f"custom_op expects a d5.ops.CustomOp, got {type(op).__name__}")
     return op
+
+
+def native_op(op_type: str, opset: int | None = None, **attributes: Any) -> CustomOp:
+    """The reference framework's own implementation of ONNX operator ``op_type`` (with these attributes, at
+    ``opset``): its operators already are d5 CustomOps, so this is the operator itself -- the oracle other
+    frameworks' ``native_op`` are validated against.
+
+    >>> import numpy as np
+    >>> native_op("Relu").forward([np.array([-1.0, 2.0])]).tolist()
+    [0.0, 2.0]
+    """
+    from d5.frameworks.reference.operators import create_operator
+
+    return create_operator(op_type, attributes, opset)
