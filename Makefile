@@ -63,6 +63,7 @@ bench: $(STAMP) data
 	$(PY) benchmarks/data_pipeline.py
 	$(PY) benchmarks/training_overhead.py
 	$(PY) benchmarks/sweep_overhead.py
+	$(PY) benchmarks/harness_overhead.py
 
 clean:
 	rm -rf build *.egg-info d5/_C*.so .pytest_cache
