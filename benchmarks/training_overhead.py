@@ -91,11 +91,11 @@ def main() -> None:
 
     optimizer.step = recorded_step  # the trainer looks the method up on the instance
 
-    def bare() -> float:
+    def bare() -> None:
         for batch in batches:
             optimizer.step(batch)
 
-    def full() -> float:
+    def full() -> None:
         Trainer(sampler, None, executor, optimizer, events=full_loop_events(work, sink), progress=False).run(1)
 
     def timed(loop) -> dict[str, float]:
