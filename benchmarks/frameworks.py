@@ -32,15 +32,14 @@ unpaired ratio of all steps' medians with a bootstrap CI (``d5.bench.stats.compa
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Callable
 
 import numpy as np
-from tqdm import tqdm
 
 import d5
 from d5.bench.results import write_result
 from d5.frameworks.allocator import keep_freed_memory
+from d5.bench.paired import alternate, flat, paired_ratio, time_calls
 from d5.bench.stats import compare, summarize
 
 BATCH = 64
@@ -167,15 +166,6 @@ def count_parameters_equal(name: str) -> bool:
 
 
 # ---------------------------------------------------------------------- measurement
-def time_steps(step: Callable[[], None], count: int) -> list[float]:
-    times = []
-    for _ in range(count):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return times
-
-
 def measure_workload(workload: str, rounds: int, block: int, warmup: int,
                      compile: bool) -> dict[str, list[list[float]]]:
     """Per variant, per round, the step times of its block: native against d5 first, then, in rounds of their
@@ -191,29 +181,6 @@ def measure_workload(workload: str, rounds: int, block: int, warmup: int,
         samples["d5-pytorch-compiled"] = pair["d5-pytorch-compiled"]
         samples["d5-pytorch (compile rounds)"] = pair["d5-pytorch"]
     return samples
-
-
-def alternate(steps: dict[str, Callable[[], None]], rounds: int, block: int, warmup: int,
-              label: str) -> dict[str, list[list[float]]]:
-    """``rounds`` rounds of ``block`` steps of each variant, in an order rotating from round to round."""
-    for step in steps.values():
-        time_steps(step, warmup)  # imports, allocator, thread pool; torch.compile compiles here
-    samples: dict[str, list[list[float]]] = {variant: [] for variant in steps}
-    order = list(steps)
-    for round_index in tqdm(range(rounds), desc=label, leave=False):
-        rotated = order[round_index % len(order):] + order[:round_index % len(order)]
-        for variant in rotated:
-            samples[variant].append(time_steps(steps[variant], block))
-    return samples
-
-
-def paired_ratio(rounds_a: list[list[float]], rounds_b: list[list[float]]):
-    """Median over rounds of median(a's block) / median(b's block), with its CI."""
-    return summarize([float(np.median(a) / np.median(b)) for a, b in zip(rounds_a, rounds_b)])
-
-
-def flat(rounds: list[list[float]]) -> list[float]:
-    return [t for block in rounds for t in block]
 
 
 def images_per_second(samples: list[float]) -> float:
@@ -318,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         for workload in args.workloads:  # last: the reference's OpenMP threads must not overlap torch's
             name, train = WORKLOADS[workload]
             step = d5_step("reference", name, train)
-            time_steps(step, 1)
-            samples = time_steps(step, args.reference_steps)
+            time_calls(step, 1)
+            samples = time_calls(step, args.reference_steps)
             all_samples[workload]["d5-reference"] = samples
             throughput[workload]["d5-reference"] = images_per_second(samples)
             figures[workload]["d5_reference_step_s"] = summarize(samples)

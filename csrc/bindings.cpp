@@ -24,7 +24,6 @@
 #include "blas.h"
 #include "conv2d.h"
 #include "conv2d_packed.h"
-#include "d5/custom_operator.h"
 #include "im2col.h"
 #include "pooling.h"
 #include "safety.h"
@@ -516,7 +515,9 @@ void translate_kernel_exception(std::exception_ptr error) {
 PYBIND11_MODULE(_C, m) {
     using namespace pybind11::literals;
     m.doc() = "d5's C++ reference kernels (float32 and float64, OpenMP): im2col/col2im, pooling, batch norm.";
-    py::register_exception_translator(&translate_kernel_exception);
+    // Local: a global translator would also turn the std::logic_errors of every other pybind11 module in the
+    // process (torch's, compiled custom operators') into "d5._C: ..." ShapeErrors.
+    py::register_local_exception_translator(&translate_kernel_exception);
     bind_all<float>(m);
     bind_all<double>(m);
     m.def("set_blas", [](py::capsule sgemm, py::capsule dgemm) {

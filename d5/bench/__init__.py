@@ -24,6 +24,7 @@ _EXPORTS = {
     "write_report": "report", "load_results": "report", "aggregate": "report", "aggregate_point": "report",
     "check_payload": "results", "PAYLOAD_FORMATS": "results",
     "thread_pools": "environment", "mpi_info": "environment",
+    "alternate": "paired", "paired_ratio": "paired", "time_calls": "paired",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -244,9 +244,14 @@ class Network:
         """Add a node computed by a user operator (a :class:`d5.ops.CustomOp`)."""
         if not isinstance(op, CustomOp):
             raise GraphError(f"add_custom_node expects a d5.ops.CustomOp, got {type(op).__name__}")
-        op_type = type(op).__name__
+        op_type = getattr(op, "op_type", None)
+        op_type = op_type if isinstance(op_type, str) and op_type else type(op).__name__
         where = f"add_custom_node({op_type})"
         inputs, outputs = _tensor_names(inputs, "inputs", where), _tensor_names(outputs, "outputs", where)
+        for what, names, expected in (("input", inputs, op.num_inputs), ("output", outputs, op.num_outputs)):
+            if expected is not None and len(names) != expected:
+                raise ShapeError(f"{where}: the operator takes {expected} {what}(s), but the node names "
+                                 f"{len(names)}: {list(names)}")
         return self._insert(Node(self._node_name(name, op_type), op_type, inputs, outputs, {}, CUSTOM_DOMAIN, op))
 
     def add_edge(self, tensor: str, node_name: str, index: int | None = None) -> None:

@@ -76,6 +76,11 @@ class CustomOp(abc.ABC):
     #: and return None for those inputs.
     input_grad_required: tuple[bool, ...] | None = None
 
+    #: How many inputs and outputs the operator takes, where it is fixed (a compiled C++ operator's is, by its
+    #: forward's parameters); None: any. ``Network.add_custom_node`` refuses a node with other counts.
+    num_inputs: int | None = None
+    num_outputs: int | None = None
+
     #: Set by executors when building the operator for a graph node: how many outputs the node names.
     #: ONNX lets a few operators infer from it what their attributes leave open (Split into equal pieces).
     node_output_count: int | None = None

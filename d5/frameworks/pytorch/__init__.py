@@ -34,7 +34,7 @@ from d5.network.graph import Network  # noqa: E402
 
 NAME = "pytorch"
 
-CAPABILITIES = Capabilities(gpu=True, native_operators=True, fallback=True, trainable=True, custom_ops=("python",),
+CAPABILITIES = Capabilities(gpu=True, native_operators=True, fallback=True, trainable=True, custom_ops=("python", "cpp"),
                             zero_copy_fetch=True)
 
 

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from d5.errors import UnsupportedOperatorError
+from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.ops.cpp_op import BoundKernel, CppOp
 from d5.ops.operator import CustomOp, as_tuple
 
 
@@ -49,11 +50,19 @@ class CustomOpModule(torch.nn.Module):
         return type(self.op).__name__
 
 
+class CppOpModule(CustomOpModule):
+    """A compiled C++ operator as a torch module, zero-copy on the CPU (see the module docstring)."""
+
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        outputs = _CppOpFunction.apply(self.op, *inputs)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
 def custom_op(op: CustomOp) -> CustomOpModule:
     """``op`` as a torch module with autograd (see the module docstring)."""
     if not isinstance(op, CustomOp):
         raise UnsupportedOperatorError(f"custom_op expects a d5.ops.CustomOp, got {type(op).__name__}")
-    return CustomOpModule(op)
+    return CppOpModule(op) if isinstance(op, CppOp) else CustomOpModule(op)
 
 
 class NativeOp(CustomOp):
@@ -154,6 +163,47 @@ class _CustomOpFunction(torch.autograd.Function):
                 converted.append(torch.from_numpy(np.array(grad, dtype=array.dtype, copy=True)).to(ctx.device))
         converted += [None] * (len(ctx.arrays) - len(converted))
         return (None, *converted)
+
+
+class _CppOpFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, op: CppOp, *inputs: torch.Tensor):  # noqa: D401 - torch's signature
+        if len(inputs) != op.num_inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
+            raise ShapeError(f"{op.op_type} takes {op.num_inputs} tensor input(s), got "
+                             f"{[type(t).__name__ for t in inputs]}")
+        device = inputs[0].device
+        tensors = [_flat_cpu(t) for t in inputs]
+        if len({t.dtype for t in tensors}) > 1:
+            raise ShapeError(f"{op.op_type}: every input must have the same dtype (the C++ class has one element "
+                             f"type T), got {[str(t.dtype) for t in tensors]}")
+        kernel = op.kernel(str(tensors[0].dtype).removeprefix("torch."), [tuple(t.shape) for t in tensors])
+        outputs = [_guarded_empty(kernel, shape, tensors[0].dtype) for shape in kernel.output_shapes]
+        kernel.forward([t.data_ptr() for t in tensors], [o.data_ptr() for o in outputs])
+        ctx.kernel, ctx.device = kernel, device
+        ctx.save_for_backward(*tensors, *outputs)
+        return tuple(o.to(device) for o in outputs)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor | None):
+        kernel: BoundKernel = ctx.kernel
+        saved = ctx.saved_tensors
+        inputs, outputs = saved[:len(kernel.input_shapes)], saved[len(kernel.input_shapes):]
+        grads = [torch.zeros(o.shape, dtype=o.dtype) if g is None else _flat_cpu(g.to(o.dtype))
+                 for g, o in zip(grads, outputs)]
+        input_grads = [_guarded_empty(kernel, t.shape, t.dtype) for t in inputs]
+        kernel.backward([g.data_ptr() for g in grads], [t.data_ptr() for t in inputs],
+                        [o.data_ptr() for o in outputs], [g.data_ptr() for g in input_grads])
+        return (None, *(g.to(ctx.device) for g in input_grads))
+
+
+def _flat_cpu(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor as C++ reads it: on the CPU, C-contiguous (no copy when it already is)."""
+    return tensor.detach().to("cpu").contiguous()
+
+
+def _guarded_empty(kernel: BoundKernel, shape: Any, dtype: torch.dtype) -> torch.Tensor:
+    count = int(np.prod(tuple(shape), dtype=np.int64))
+    return torch.empty(kernel.padded_elements(shape), dtype=dtype)[:count].view(tuple(shape))
 
 
 def _numpy(value: Any) -> Any:

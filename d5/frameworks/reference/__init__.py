@@ -25,7 +25,7 @@ from d5.ops.operator import CustomOp, CustomPythonOp, Gradient
 NAME = "reference"
 
 CAPABILITIES = Capabilities(gpu=False, native_operators=True, fallback=True, trainable=True,
-                            custom_ops=("python",), zero_copy_fetch=True)
+                            custom_ops=("python", "cpp"), zero_copy_fetch=True)
 
 
 def from_model(network: Network, device: Any = None, fallback: bool = False) -> ReferenceGraphExecutor:
