@@ -30,18 +30,38 @@ class IPowOp(CustomPythonOp):
 
 
 def main() -> None:
-    """Validate IPowOp's forward against NumPy and its gradient by finite differences on every installed
-    framework."""
+    """Validate the Python IPowOp and the C++ ipowop (examples/ipowop.cpp) on every installed framework: forward
+    against NumPy, gradient by finite differences, then a few training steps of a network holding each."""
+    from pathlib import Path
+
     import numpy as np
 
     import d5
-    from d5.ops import test_forward, test_gradient
+    from d5.ops import compile_cpp_op, test_forward, test_gradient
 
     x = np.random.default_rng(0).uniform(0.5, 1.5, (4, 5))
+    cpp = compile_cpp_op(Path(__file__).with_name("ipowop.cpp"), "ipowop", defines={"DPOWER": 3})
+    for op in (IPowOp(3), cpp):
+        print(f"{op.op_type if op is cpp else 'IPowOp'}: {test_forward(op, [x], lambda inputs: inputs[0] ** 3)}")
+        print(f"  {test_gradient(op, [x])}")
+    rng = np.random.default_rng(1)
+    batch = {"x": rng.uniform(-1, 1, (16, 3)).astype(np.float32)}
+    batch["t"] = (batch["x"] @ rng.uniform(-1, 1, (3, 2)).astype(np.float32)) ** 3
     for name in d5.frameworks.available():
-        framework = d5.frameworks.load(name)
-        op = framework.custom_op(IPowOp(3))
-        print(name, test_forward(IPowOp(3), [x], lambda inputs: inputs[0] ** 3), test_gradient(IPowOp(3), [x]), op)
+        for label, op in (("Python IPowOp", IPowOp(3)), ("C++ ipowop", cpp.with_attributes())):
+            net = d5.Network("cubic")
+            net.add_input("x", ("N", 3))
+            net.add_input("t", ("N", 2))
+            net.add_param("w", np.random.default_rng(2).uniform(-1, 1, (3, 2)).astype(np.float32))
+            net.add_node("MatMul", ["x", "w"], ["h"])
+            net.add_custom_node(op, ["h"], ["y"])
+            net.add_node("Sub", ["y", "t"], ["e"])
+            net.add_node("Mul", ["e", "e"], ["e2"])
+            net.add_node("ReduceMean", ["e2"], ["loss"], keepdims=0)
+            net.add_output("loss")
+            optimizer = d5.GradientDescent(d5.frameworks.get(name).from_model(net), 0.05)
+            losses = [float(optimizer.step(batch)["loss"]) for _ in range(30)]
+            print(f"{name:>10} {label:<14} loss {losses[0]:.4f} -> {losses[-1]:.4f} in 30 steps")
 
 
 if __name__ == "__main__":

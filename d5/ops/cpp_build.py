@@ -14,6 +14,7 @@ leaves nothing a later run would load. An entry whose manifest or checksum does 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -295,6 +296,7 @@ def _toolchain(tool: Compiler, flags: Sequence[str]) -> dict[str, Any]:
             "pybind11": pybind11.__version__, "cpu": _cpu_identity() if "-march=native" in flags else ""}
 
 
+@functools.lru_cache(maxsize=None)
 def _cpu_identity() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:

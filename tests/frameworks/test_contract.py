@@ -279,20 +279,24 @@ class IPowOp(d5.ops.CustomPythonOp):
         return grads[0] * self.power * fwd_inputs[0] ** (self.power - 1)
 
 
-def _ipow_network() -> d5.Network:
+def _ipow_network(op: d5.ops.CustomOp | None = None) -> d5.Network:
     net = d5.Network("ipow")
     net.add_input("x", ("N", 3))
     net.add_input("t", ("N",), "int64")
     net.add_param("w", np.full((3, 3), 0.3, np.float32))
     net.add_node("MatMul", ["x", "w"], ["h"])
-    net.add_custom_node(IPowOp(3), ["h"], ["cube"])
+    net.add_custom_node(op if op is not None else IPowOp(3), ["h"], ["cube"])
     net.add_node("SoftmaxCrossEntropyLoss", ["cube", "t"], ["loss"])
     net.add_output("loss")
     return net
 
 
-def test_a_custom_python_operator_trains_inside_a_network(framework):
-    net = _ipow_network()
+@pytest.mark.parametrize("kind", ["python", "cpp"])
+def test_a_custom_operator_trains_inside_a_network(framework, kind):
+    assert kind in framework.CAPABILITIES.custom_ops
+    op = IPowOp(3) if kind == "python" else d5.ops.compile_cpp_op(
+        pathlib.Path(__file__).resolve().parents[2] / "examples" / "ipowop.cpp", "ipowop", defines={"DPOWER": 3})
+    net = _ipow_network(op)
     batch = {"x": np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32), "t": np.array([0, 1, 2, 0])}
     executor = framework.from_model(net)
     from d5.network.validation import compare_executors

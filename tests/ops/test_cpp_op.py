@@ -367,3 +367,14 @@ def test_a_missing_compiler_is_explained(monkeypatch):
 def test_bad_arguments_are_compile_errors(source, defines, match):
     with pytest.raises(CompileError, match=match):
         compile_cpp_op(source, "ipowop", defines=defines)
+
+
+def test_the_example_script_validates_and_trains_both_operators():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / "ipowop.py")], capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("gradient check PASSED") == 2
+    assert result.stdout.count("in 30 steps") == 2 * len(FRAMEWORKS)
