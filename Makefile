@@ -64,6 +64,8 @@ bench: $(STAMP) data
 	$(PY) benchmarks/training_overhead.py
 	$(PY) benchmarks/sweep_overhead.py
 	$(PY) benchmarks/harness_overhead.py
+	$(PY) benchmarks/custom_ops.py
+	$(PY) benchmarks/ops.py
 
 clean:
 	rm -rf build *.egg-info d5/_C*.so .pytest_cache

@@ -10,9 +10,12 @@
     d5 sweep RECIPE --grid KEY=V1,V2 ... [--seeds N] --output DIR [--jobs N]
                                            the recipe over a grid x seeds, each run in a fresh process
     d5 report DIR_OR_FILES... --output DIR result JSONs -> report.md and report.html with tables and plots
+    d5 bench ops [--quick] [--output DIR] [--frameworks reference,pytorch] [--repeats N] [--threads N]
+                                           operator benchmarks (GEMM, conv, element-wise) against the SGEMM peak
 
-Exit status: 0 success (for ``run``: every metric met), 1 a recipe that missed a metric or a sweep with
-failed runs, 2 bad input (a d5 error, printed as ``d5: error: ...``).
+Exit status: 0 success (for ``run``: every metric met), 1 a recipe that missed a metric, a sweep with
+failed runs or an operator benchmark with an implementation that failed its check against the reference,
+2 bad input (a d5 error, printed as ``d5: error: ...``).
 """
 from __future__ import annotations
 
@@ -112,6 +115,26 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_ops(args: argparse.Namespace) -> int:
+    from d5.bench.ops import run_from_arguments
+
+    return run_from_arguments(args)
+
+
+def _add_bench_parser(commands) -> None:
+    from d5.bench.ops import add_arguments
+
+    bench = commands.add_parser("bench", help="benchmarks: `d5 bench ops` (operators)",
+                                description="Benchmarks measured by d5 itself.")
+    suites = bench.add_subparsers(dest="suite", required=True)
+    ops = suites.add_parser("ops", help="GEMM, convolution and element-wise operators, forward and backward, "
+                            "per framework, against the measured SGEMM peak",
+                            description="DeepBench-style operator benchmarks: checked against the reference, "
+                                        "timed (median, 95% CI), written as ops.json, ops.md and ops.png.")
+    add_arguments(ops)
+    ops.set_defaults(run=_bench_ops)
+
+
 def _exit_status(code: object) -> int:
     """Python's rule for sys.exit(code): None is 0, an int is itself, anything else is printed and is 1."""
     if code is None:
@@ -134,7 +157,7 @@ def _add_run_parser(commands, name: str, help_text: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``d5`` command's parser (subcommands info, operators, run, recipe, sweep, report).
+    """The ``d5`` command's parser (subcommands info, operators, run, recipe, sweep, report, bench).
 
     >>> args = build_parser().parse_args(["sweep", "mnist_lenet", "--grid", "lr=0.01,0.1", "--output", "out"])
     >>> args.grid, args.seeds, args.jobs
@@ -162,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("paths", nargs="+", metavar="DIR_OR_FILE", help="result files, or directories of them")
     report.add_argument("--output", required=True, metavar="DIR", help="directory for report.md, report.html")
     report.set_defaults(run=_report)
+    _add_bench_parser(commands)
     return parser
 
 

@@ -21,8 +21,11 @@ bool is_pointwise(const Conv2DGeometry& g) {
 }
 
 // The packed kernel rereads a group's whole weight matrix for every 32 output pixels, so it wins while
-// that matrix stays in L2 (ResNet-CIFAR: <= 64 x 576 floats); beyond that BLAS's cache blocking wins.
-constexpr index_t kPackedWeightLimit = 128 * 1024;  // floats (512 KB)
+// that matrix stays in L2 (1 MB here); beyond that BLAS's cache blocking wins. Measured on 8-image batches
+// (benchmarks/ops.py and by hand), packed / im2col+BLAS in GFLOP/s: 64x576 weights (ResNet 3x3, 56x56) 178/122,
+// 64x2304 (14x14) 146/128, 128x1152 (28x28) 192/163, 32x4800 (Inception 5x5, 28x28) 139/72. The last is why
+// the limit is 640 KB rather than 512 KB: im2col's 25x expansion of that image does not fit in the caches.
+constexpr index_t kPackedWeightLimit = 160 * 1024;  // floats (640 KB)
 
 std::atomic<bool> g_packed_enabled{true};
 

@@ -25,6 +25,7 @@ _EXPORTS = {
     "check_payload": "results", "PAYLOAD_FORMATS": "results",
     "thread_pools": "environment", "mpi_info": "environment",
     "alternate": "paired", "paired_ratio": "paired", "time_calls": "paired",
+    "run_ops_benchmark": "ops", "OpsSettings": "ops",
 }
 
 __all__ = sorted(_EXPORTS)
