@@ -21,12 +21,12 @@ share for diagnosis.
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Callable, Iterator
 
 import numpy as np
 
 import d5
+from d5.bench.paired import time_calls
 from d5.bench.results import write_result
 from d5.bench.stats import compare, summarize
 from d5.training.dataset import NumpyDataset
@@ -80,15 +80,6 @@ def trainer_step() -> Callable[[], None]:
     batch = {"input": rng.standard_normal((BATCH,) + IMAGE_SHAPE).astype(np.float32),
              "label": rng.integers(0, 10, BATCH).astype(np.int64)}
     return lambda: optimizer.step(batch)
-
-
-def time_calls(fn: Callable[[], object], count: int) -> list[float]:
-    times = []
-    for _ in range(count):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
 
 
 def transform_shares(dataset: NumpyDataset, repeats: int) -> dict:

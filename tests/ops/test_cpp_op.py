@@ -86,6 +86,12 @@ def faulty(**defines):
     return compile_cpp_op(FAULTY, "faulty", defines={"THROW_IN_FORWARD": 0, "OVERRUN": 0, "GRAD_OVERRUN": 0, **defines})
 
 
+@pytest.fixture(autouse=True)
+def _examples_on_path(monkeypatch):
+    """examples/ipowop.py (the seeds' Python operator and a network for it), importable as a user would."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+
+
 @pytest.fixture(scope="module")
 def ipowop():
     return compile_cpp_op(IPOWOP, "ipowop", defines={"DPOWER": 3})
@@ -169,38 +175,15 @@ def test_the_torch_bridge_hands_cpp_the_tensors_memory(ipowop):
     torch.testing.assert_close(y, x ** 3)
 
 
-def _cubic_regression(op, seed=0):
-    """x -> MatMul(w) -> op -> squared error against t: a network with a custom node and one parameter."""
-    rng = np.random.default_rng(seed)
-    net = d5.Network("cubic")
-    net.add_input("x", ("N", 3))
-    net.add_input("t", ("N", 2))
-    net.add_param("w", rng.uniform(-1, 1, (3, 2)).astype(np.float32))
-    net.add_node("MatMul", ["x", "w"], ["h"])
-    net.add_custom_node(op, ["h"], ["y"])
-    net.add_node("Sub", ["y", "t"], ["e"])
-    net.add_node("Mul", ["e", "e"], ["e2"])
-    net.add_node("ReduceMean", ["e2"], ["loss"], keepdims=0)
-    net.add_output("loss")
-    x = rng.uniform(-1, 1, (16, 3)).astype(np.float32)
-    target_w = rng.uniform(-1, 1, (3, 2)).astype(np.float32)
-    return net, {"x": x, "t": (x @ target_w) ** 3}
-
-
 @pytest.mark.parametrize("kind", ["cpp", "python"])
 def test_ipowop_in_a_network_trains_alike_on_every_framework(ipowop, kind):
-    import sys
+    from ipowop import IPowOp, cubic_regression
 
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        from ipowop import IPowOp
-    finally:
-        sys.path.remove(str(ROOT / "examples"))
     losses, weights = {}, {}
     for name in FRAMEWORKS:
         framework = d5.frameworks.get(name)
         op = ipowop.with_attributes() if kind == "cpp" else IPowOp(3)
-        net, batch = _cubic_regression(op)
+        net, batch = cubic_regression(op)
         executor = framework.from_model(net)
         optimizer = d5.GradientDescent(executor, 0.05)
         losses[name] = [float(optimizer.step(batch)["loss"]) for _ in range(30)]
@@ -212,7 +195,9 @@ def test_ipowop_in_a_network_trains_alike_on_every_framework(ipowop, kind):
 
 
 def test_ipowop_network_gradient_matches_finite_differences(ipowop, framework):
-    net, batch = _cubic_regression(ipowop.with_attributes())
+    from ipowop import cubic_regression
+
+    net, batch = cubic_regression(ipowop.with_attributes())
     assert check_network_gradient(net, batch, from_model=framework.from_model)
 
 

@@ -174,6 +174,34 @@ def test_packed_float32_conv_matches_float64_blas_conv_on_random_geometries():
         checked += 1
 
 
+def test_float32_conv_input_gradient_by_packed_convolution_matches_float64_columns():
+    """For stride 1 and dilation 1 the float32 input gradient is the packed kernel's convolution of dY with the
+    flipped, transposed weights; against the float64 column (im2col + BLAS + col2im) gradient, on 100 random
+    geometries, pads up to kernel - 1 and beyond (those take the column path)."""
+    native = kernels.load_native()
+    if not native.packed_conv_available():
+        pytest.skip("this CPU has no AVX-512: the packed convolution kernel is not used")
+    rng = np.random.default_rng(11)
+    checked = 0
+    while checked < 100:
+        kernel = tuple(int(v) for v in rng.integers(1, 6, 2))
+        size = tuple(int(v) for v in rng.integers(1, 30, 2))
+        pads = tuple(int(v) for v in rng.integers(0, 5, 4))
+        out = tuple(size[i] + pads[i] + pads[i + 2] - kernel[i] + 1 for i in range(2))
+        if min(out) <= 0:
+            continue
+        x = rng.standard_normal((int(rng.integers(1, 4)), int(rng.integers(1, 9)), *size))
+        w = rng.standard_normal((int(rng.integers(1, 20)), x.shape[1], *kernel))
+        dy = rng.standard_normal((x.shape[0], w.shape[0], *out))
+        args = ((1, 1), pads[:2], (1, 1), 1, False)
+        dx, dw, _ = native.conv2d_backward(dy, x, w, *args)
+        dx32, dw32, _ = native.conv2d_backward(*(a.astype(np.float32) for a in (dy, x, w)), *args)
+        for actual, expected in ((dx32, dx), (dw32, dw)):
+            np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max(),
+                                       err_msg=f"x {x.shape} w {w.shape} pads {pads}")
+        checked += 1
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_conv1d_matches_torch(torch, conv_path, dtype):
     x, w, b = random((3, 4, 20), dtype, 0), random((6, 2, 3), dtype, 1), random(6, dtype, 2)
