@@ -84,11 +84,16 @@ void conv2d_forward(const T* x, const T* w, const T* bias, index_t batch, index_
 
 namespace {
 
-// The weight gradient sums over images. For the same bits at any thread count, the images are cut into
-// a number of chunks that depends only on the shapes (never on the threads): each chunk sums its images
-// in order into its own partial, and the partials are added in chunk order after the parallel loop.
-// More chunks = more parallelism but more memory (one weight-sized partial each): at most 16, and at
-// most kPartialBudget bytes in all.
+// The weight gradient sums dY_n col_n^T over the images n, in one of two ways chosen by dW's size alone, so
+// that the bits never depend on the thread count:
+// - small dW (at most kTiledWeightGradientBytes, most layers): images in parallel. The images are cut into a
+//   number of chunks that depends only on the shapes; each chunk sums its images in order into its own
+//   partial (at most 16 chunks and kPartialBudget bytes), and the partials are added in chunk order.
+// - large dW: image after image, each product split into tiles of dW by parallel_gemm (tiles depend on dW's
+//   shape alone). Images in parallel would run two full-size products at once, each thread into its own
+//   weight-sized partial, and thrash the caches: VGG's 14x14x512 layer (9.4 MB of dW) ran at 80 GFLOP/s that
+//   way and runs at ~185 this way; Inception's 5x5 layer (600 KB) runs alike either way (96 and 92).
+constexpr index_t kTiledWeightGradientBytes = index_t(512) << 10;
 constexpr index_t kMaxReductionChunks = 16;
 constexpr index_t kPartialBudget = index_t(128) << 20;
 
@@ -96,6 +101,89 @@ template <typename T>
 index_t reduction_chunks(index_t batch, index_t partial_size) {
     const index_t affordable = std::max<index_t>(1, kPartialBudget / std::max<index_t>(1, partial_size * index_t(sizeof(T))));
     return std::max<index_t>(1, std::min({batch, kMaxReductionChunks, affordable}));
+}
+
+template <typename T>
+void weight_gradient_by_images(const T* dy, const T* x, index_t batch, index_t out_channels, index_t groups,
+                               const Conv2DGeometry& g, T* dw, T* dbias) {
+    const index_t rows = g.col_rows(), cols = g.col_cols();
+    const index_t group_rows = rows / groups, group_out = out_channels / groups;
+    const index_t image = g.channels * g.height * g.width, weight_size = out_channels * group_rows;
+    const bool pointwise = is_pointwise(g);
+    // One partial per chunk: the weight gradient followed by the bias gradient.
+    const index_t partial_size = checked_add(weight_size, dbias != nullptr ? out_channels : 0, "conv2d dW partial");
+    const index_t chunks = reduction_chunks<T>(batch, partial_size);
+    ThreadScratch<T> partials(static_cast<int>(chunks), partial_size, "conv2d weight-gradient partials");
+    const bool image_parallel = batch > 1;  // a single image is split inside (parallel_gemm)
+    const auto gemm = image_parallel ? &gemm_row_major<T> : &parallel_gemm<T>;
+    const int threads = region_threads(image_parallel);
+    ThreadScratch<T> columns(threads, pointwise ? 0 : checked_mul(rows, cols, "conv2d columns"), "conv2d columns");
+    ExceptionTrap trap;
+#pragma omp parallel num_threads(threads) if (image_parallel)
+    {
+    T* column_buffer = columns.get(thread_index());
+#pragma omp for schedule(static)
+    for (index_t chunk = 0; chunk < chunks; ++chunk) trap.run([&] {
+        T* dw_partial = partials.get(static_cast<int>(chunk));
+        T* dbias_partial = dw_partial + weight_size;
+        for (index_t n = chunk * batch / chunks; n < (chunk + 1) * batch / chunks; ++n) {
+            const T* col = x + n * image;  // pointwise: the image is its own column matrix
+            if (!pointwise) {
+                im2col(x + n * image, 1, g, ColumnLayout::BatchMajor, column_buffer);
+                col = column_buffer;
+            }
+            const T* grad = dy + n * out_channels * cols;
+            for (index_t grp = 0; grp < groups; ++grp)  // dW_g += dY_g (Mg x L) * col_g^T (L x Kg)
+                gemm(false, true, group_out, group_rows, cols, T(1), grad + grp * group_out * cols, cols,
+                     col + grp * group_rows * cols, cols, T(1), dw_partial + grp * group_out * group_rows, group_rows);
+            if (dbias != nullptr)
+                for (index_t m = 0; m < out_channels; ++m) {
+                    T sum = 0;
+                    for (index_t i = 0; i < cols; ++i) sum += grad[m * cols + i];
+                    dbias_partial[m] += sum;
+                }
+        }
+    });
+    }
+    trap.rethrow();
+    // Partials in chunk order; each element is summed by one thread, so no cross-thread reduction.
+#pragma omp parallel for schedule(static) if (partial_size * chunks > 65536)
+    for (index_t i = 0; i < partial_size; ++i) {
+        T sum = partials.get(0)[i];
+        for (index_t chunk = 1; chunk < chunks; ++chunk) sum += partials.get(static_cast<int>(chunk))[i];
+        if (i < weight_size)
+            dw[i] = sum;
+        else
+            dbias[i - weight_size] = sum;
+    }
+}
+
+template <typename T>
+void weight_gradient_tiled(const T* dy, const T* x, index_t batch, index_t out_channels, index_t groups,
+                           const Conv2DGeometry& g, T* dw, T* dbias) {
+    const index_t rows = g.col_rows(), cols = g.col_cols();
+    const index_t group_rows = rows / groups, group_out = out_channels / groups;
+    const index_t image = g.channels * g.height * g.width;
+    const bool pointwise = is_pointwise(g);
+    ThreadScratch<T> columns(1, pointwise ? 0 : checked_mul(rows, cols, "conv2d columns"), "conv2d columns");
+    for (index_t n = 0; n < batch; ++n) {
+        const T* col = x + n * image;
+        if (!pointwise) {
+            im2col(x + n * image, 1, g, ColumnLayout::BatchMajor, columns.get(0));
+            col = columns.get(0);
+        }
+        const T* grad = dy + n * out_channels * cols;
+        for (index_t grp = 0; grp < groups; ++grp)  // dW_g (+)= dY_g (Mg x L) * col_g^T (L x Kg)
+            parallel_gemm<T>(false, true, group_out, group_rows, cols, T(1), grad + grp * group_out * cols, cols,
+                             col + grp * group_rows * cols, cols, n == 0 ? T(0) : T(1),
+                             dw + grp * group_out * group_rows, group_rows);
+        if (dbias != nullptr)
+            for (index_t m = 0; m < out_channels; ++m) {
+                T sum = 0;
+                for (index_t i = 0; i < cols; ++i) sum += grad[m * cols + i];
+                dbias[m] = n == 0 ? sum : dbias[m] + sum;
+            }
+    }
 }
 
 // For stride 1 and dilation 1, the input gradient is itself a convolution: of dY with the weights transposed
@@ -147,81 +235,43 @@ void conv2d_backward(const T* dy, const T* x, const T* w, index_t batch, index_t
         if (dbias != nullptr) std::fill(dbias, dbias + out_channels, T(0));
         return;
     }
-    Conv2DGeometry transposed;
-    bool dx_by_convolution = false;
-    if constexpr (std::is_same_v<T, float>)
-        dx_by_convolution = dx != nullptr && transposed_geometry(out_channels, groups, g, transposed);
-    T* const dx_by_columns = dx_by_convolution ? nullptr : dx;  // what the loop below computes
-    // One partial per chunk: the weight gradient followed by the bias gradient.
-    const index_t partial_size = checked_add(weight_size, dbias != nullptr ? out_channels : 0, "conv2d dW partial");
-    const index_t chunks = reduction_chunks<T>(batch, partial_size);
-    ThreadScratch<T> partials(static_cast<int>(chunks), partial_size, "conv2d weight-gradient partials");
-    // Parallel over chunks of images as in the forward pass; a single image is split inside (parallel_gemm).
+    SerialBlas serial_blas(true);
+
+    if (weight_size * index_t(sizeof(T)) > kTiledWeightGradientBytes)
+        weight_gradient_tiled(dy, x, batch, out_channels, groups, g, dw, dbias);
+    else
+        weight_gradient_by_images(dy, x, batch, out_channels, groups, g, dw, dbias);
+    if (dx == nullptr) return;  // nobody needs it (the network's first layer)
+
+    // dX: for stride 1 and dilation 1 in float32 a convolution by the packed kernel (see transposed_geometry);
+    // otherwise per image, dcol = W^T dY then col2im, images in parallel (one image: split inside).
+    if constexpr (std::is_same_v<T, float>) {
+        Conv2DGeometry transposed;
+        if (transposed_geometry(out_channels, groups, g, transposed)) {
+            const std::vector<float> flipped = transposed_flipped_weights(w, out_channels, g);
+            return conv2d_forward_packed(dy, flipped.data(), nullptr, batch, g.channels, 1, transposed, dx);
+        }
+    }
     const bool image_parallel = batch > 1;
     const auto gemm = image_parallel ? &gemm_row_major<T> : &parallel_gemm<T>;
     const int threads = region_threads(image_parallel);
-    const index_t column_size = pointwise ? 0 : checked_mul(rows, cols, "conv2d columns");
-    ThreadScratch<T> columns(threads, column_size, "conv2d columns");
-    ThreadScratch<T> dcolumns(threads, dx_by_columns == nullptr ? 0 : column_size, "conv2d column gradients");
+    ThreadScratch<T> dcolumns(threads, pointwise ? 0 : checked_mul(rows, cols, "conv2d columns"), "conv2d column gradients");
     ExceptionTrap trap;
-    SerialBlas serial_blas(true);
 #pragma omp parallel num_threads(threads) if (image_parallel)
     {
-    const int thread = thread_index();
-    T* column_buffer = columns.get(thread);
-    T* dcolumn_buffer = dcolumns.get(thread);
+    T* dcolumn_buffer = dcolumns.get(thread_index());
 #pragma omp for schedule(static)
-    for (index_t chunk = 0; chunk < chunks; ++chunk) trap.run([&] {
-        T* dw_partial = partials.get(static_cast<int>(chunk));
-        T* dbias_partial = dw_partial + weight_size;
-        for (index_t n = chunk * batch / chunks; n < (chunk + 1) * batch / chunks; ++n) {
-            const T* col = x + n * image;
-            T* dcol = dx_by_columns == nullptr ? nullptr : dx_by_columns + n * image;  // pointwise: the column gradient is the image gradient
-            if (!pointwise) {
-                im2col(x + n * image, 1, g, ColumnLayout::BatchMajor, column_buffer);
-                col = column_buffer;
-                dcol = dcolumn_buffer;
-            }
-            const T* grad = dy + n * out_channels * cols;
-            for (index_t grp = 0; grp < groups; ++grp) {
-                const T* grad_g = grad + grp * group_out * cols;
-                const T* w_g = w + grp * group_out * group_rows;
-                // dW_g += dY_g (Mg x L) * col_g^T (L x Kg)
-                gemm(false, true, group_out, group_rows, cols, T(1), grad_g, cols, col + grp * group_rows * cols, cols,
-                     T(1), dw_partial + grp * group_out * group_rows, group_rows);
-                // dcol_g = W_g^T (Kg x Mg) * dY_g (Mg x L); skipped when nobody needs dx (the network's first layer).
-                if (dx_by_columns != nullptr)
-                    gemm(true, false, group_rows, cols, group_out, T(1), w_g, group_rows, grad_g, cols, T(0),
-                         dcol + grp * group_rows * cols, cols);
-            }
-            if (!pointwise && dx_by_columns != nullptr)
-                col2im(dcolumn_buffer, 1, g, ColumnLayout::BatchMajor, dx_by_columns + n * image);
-            if (dbias != nullptr)
-                for (index_t m = 0; m < out_channels; ++m) {
-                    T sum = 0;
-                    for (index_t i = 0; i < cols; ++i) sum += grad[m * cols + i];
-                    dbias_partial[m] += sum;
-                }
-        }
+    for (index_t n = 0; n < batch; ++n) trap.run([&] {
+        // pointwise: the column gradient is the image gradient
+        T* dcol = pointwise ? dx + n * image : dcolumn_buffer;
+        const T* grad = dy + n * out_channels * cols;
+        for (index_t grp = 0; grp < groups; ++grp)  // dcol_g = W_g^T (Kg x Mg) * dY_g (Mg x L)
+            gemm(true, false, group_rows, cols, group_out, T(1), w + grp * group_out * group_rows, group_rows,
+                 grad + grp * group_out * cols, cols, T(0), dcol + grp * group_rows * cols, cols);
+        if (!pointwise) col2im(dcolumn_buffer, 1, g, ColumnLayout::BatchMajor, dx + n * image);
     });
     }
     trap.rethrow();
-    // Partials in chunk order; each element is summed by one thread, so no cross-thread reduction.
-#pragma omp parallel for schedule(static) if (partial_size * chunks > 65536)
-    for (index_t i = 0; i < partial_size; ++i) {
-        T sum = partials.get(0)[i];
-        for (index_t chunk = 1; chunk < chunks; ++chunk) sum += partials.get(static_cast<int>(chunk))[i];
-        if (i < weight_size)
-            dw[i] = sum;
-        else
-            dbias[i - weight_size] = sum;
-    }
-    if constexpr (std::is_same_v<T, float>) {
-        if (dx_by_convolution) {
-            const std::vector<float> flipped = transposed_flipped_weights(w, out_channels, g);
-            conv2d_forward_packed(dy, flipped.data(), nullptr, batch, g.channels, 1, transposed, dx);
-        }
-    }
 }
 
 #define D5_INSTANTIATE_CONV2D(T)                                                                               \

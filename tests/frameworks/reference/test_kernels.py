@@ -174,6 +174,22 @@ def test_packed_float32_conv_matches_float64_blas_conv_on_random_geometries():
         checked += 1
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("groups", [1, 2])
+def test_conv_weight_gradient_of_large_weights_matches_torch(torch, dtype, groups):
+    """Weights past 512 KB take the tiled weight-gradient path (image after image, dW split across threads)."""
+    native = kernels.load_native()
+    x, w, dy = random((3, 48 * groups, 8, 8), dtype, 0), random((64, 48, 7, 7), dtype, 1), random((3, 64, 8, 8), dtype, 2)
+    assert w.nbytes > 512 << 10
+    dx, dw, dbias = native.conv2d_backward(dy, x, w, (1, 1), (3, 3), (1, 1), groups, True, True)
+    leaves = [torch_leaf(torch, a) for a in (x, w)]
+    y = torch.nn.functional.conv2d(leaves[0], leaves[1], padding=3, groups=groups)
+    y.backward(torch.tensor(dy))
+    assert_close(dw, leaves[1].grad, dtype)
+    assert_close(dx, leaves[0].grad, dtype)
+    assert_close(dbias, dy.sum(axis=(0, 2, 3)), dtype)
+
+
 def test_float32_conv_input_gradient_by_packed_convolution_matches_float64_columns():
     """For stride 1 and dilation 1 the float32 input gradient is the packed kernel's convolution of dY with the
     flipped, transposed weights; against the float64 column (im2col + BLAS + col2im) gradient, on 100 random

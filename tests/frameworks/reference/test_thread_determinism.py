@@ -39,6 +39,12 @@ SCRIPT = textwrap.dedent("""
                 digest(*native.conv2d_backward(dy, x, w, (1, 1), (1, 1), (1, 1), 1, True, True)) for _ in range(10)})
             out[f"conv forward {key}"] = sorted({
                 digest(native.conv2d_forward(x, w, None, (1, 1), (1, 1), (1, 1), (12, 12), 1)) for _ in range(3)})
+        # Weights past 512 KB: the weight gradient by tiles of dW rather than by images.
+        x = rng.standard_normal((3, 48, 8, 8)).astype(dtype)
+        w = rng.standard_normal((64, 48, 7, 7)).astype(dtype)
+        dy = rng.standard_normal((3, 64, 8, 8)).astype(dtype)
+        out[f"conv backward large weights {np.dtype(dtype).name}"] = sorted({
+            digest(*native.conv2d_backward(dy, x, w, (1, 1), (3, 3), (1, 1), 1, True, True)) for _ in range(5)})
 
     b = d5.models.builder.NetworkBuilder("cnn", input_shape=(3, 16, 16), num_classes=4, seed=7)
     h = b.max_pool(b.relu(b.batch_norm(b.conv(b.input, 8, kernel=3, pad=1))), 2)
