@@ -32,6 +32,7 @@ from types import ModuleType
 from typing import Any, Callable, Mapping, Sequence
 
 from d5.errors import CompileError
+from d5.ops.openmp import short_openmp_spin
 
 CACHE_ENV = "D5_CPP_CACHE"
 #: Element types an operator can be instantiated for (``dtypes=`` of :func:`compile_cpp_op`).
@@ -336,8 +337,9 @@ def _load_entry(entry: Path, key: str, display: str, flags: Sequence[str]) -> Cp
         if manifest.get("key") != key or manifest.get("sha256") != _file_hash(library_file):
             return None
         spec = importlib.util.spec_from_file_location(_module_name(key), library_file)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        with short_openmp_spin():  # the same libgomp setting as d5._C, whichever loads libgomp first
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
         operators = {info["name"]: OpSignature(**{**info, "dtypes": tuple(info["dtypes"])})
                      for info in module.operators()}
     except (OSError, ValueError, ImportError, KeyError, TypeError, AttributeError):

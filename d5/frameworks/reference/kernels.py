@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
-import os
 from types import ModuleType
 from typing import Iterator, Sequence
 
@@ -25,17 +24,10 @@ import numpy as np
 from d5.errors import D5Error, ShapeError, UnsupportedOperatorError
 # Window geometry is framework-neutral ONNX semantics; re-exported here for the reference operators.
 from d5.ops.onnx_semantics import AUTO_PAD_MODES, WindowGeometry, window_geometry
+from d5.ops.openmp import short_openmp_spin
 
 _native: ModuleType | None = None
 
-# How long (in spin iterations) d5._C's idle OpenMP threads busy-wait before sleeping. libgomp's default
-# spins for ~0.3 M iterations after every parallel region, which on a 2-core machine starved the BLAS
-# threads of the matmul that followed each kernel (a LeNet-5 training step: ~20 ms -> ~12 ms with a short
-# spin). Under the thread policy (set_num_threads) no BLAS pool runs during a pass any more; measured again
-# on MobileNet v1 at batch 1, 0 and 10,000 tie and 300,000 is slower, so the short spin stays. Applied only
-# when the user set neither variable, and only while d5._C (and with it libgomp, which reads its settings
-# once when loaded) is imported.
-_DEFAULT_GOMP_SPINCOUNT = "10000"
 
 def load_native() -> ModuleType:
     """Return the compiled extension ``d5._C``, importing it on first call.
@@ -50,7 +42,7 @@ def load_native() -> ModuleType:
         try:
             # import_module (not `from d5 import _C`) so that a blocked or removed module is noticed even
             # when the package already has the attribute.
-            with _short_openmp_spin():
+            with short_openmp_spin():
                 module = importlib.import_module("d5._C")
         except ImportError as err:
             raise D5Error(
@@ -73,19 +65,6 @@ def _register_blas(module: ModuleType) -> None:
         module.find_blas_threading(cython_blas.__file__)
     except (ImportError, KeyError, ValueError):
         pass
-
-
-@contextlib.contextmanager
-def _short_openmp_spin() -> Iterator[None]:
-    user_choice = any(name in os.environ for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"))
-    if not user_choice:
-        os.environ["GOMP_SPINCOUNT"] = _DEFAULT_GOMP_SPINCOUNT
-    try:
-        yield
-    finally:
-        if not user_choice:
-            # Restore the environment so that runtimes loaded later (torch's own libgomp) are unaffected.
-            os.environ.pop("GOMP_SPINCOUNT", None)
 
 
 def set_num_threads(threads: int) -> int:
