@@ -189,9 +189,14 @@ void weight_gradient_tiled(const T* dy, const T* x, index_t batch, index_t out_c
 // For stride 1 and dilation 1, the input gradient is itself a convolution: of dY with the weights transposed
 // (C x K) and flipped, leading pads kernel - 1 - pad. Run by the packed kernel it skips the column gradient
 // matrix (C*R*S x Ho*Wo per image) and col2im: Inception's 5x5 layer (28x28x192, 32 filters) writes 15 MB of
-// columns per image through a 32-deep GEMM otherwise. Returns false where that does not apply.
+// columns per image through a 32-deep GEMM otherwise. Returns false where that does not apply, and for fewer
+// than 16 input channels (the transposed convolution's outputs), which fill the kernel's 8-channel micro-tiles
+// poorly. Backward with dX, ms, packed / columns: LeNet-5's 6->16 5x5 at batch 64 4.7 / 1.0, a 3->64 7x7
+// stem 41 / 21; 16->16 3x3 on 32x32 8.6 / 10.4, 64->64 3x3 on 8x8 4.8 / 5.6, Inception 28.6 / 36.2.
+constexpr index_t kTransposedMinChannels = 16;
+
 bool transposed_geometry(index_t out_channels, index_t groups, const Conv2DGeometry& g, Conv2DGeometry& t) {
-    if (groups != 1 || is_pointwise(g) || g.stride_h != 1 || g.stride_w != 1 || g.dilation_h != 1 ||
+    if (groups != 1 || g.channels < kTransposedMinChannels || is_pointwise(g) || g.stride_h != 1 || g.stride_w != 1 || g.dilation_h != 1 ||
         g.dilation_w != 1 || g.pad_top < 0 || g.pad_left < 0 || g.pad_top > g.kernel_h - 1 ||
         g.pad_left > g.kernel_w - 1)
         return false;
