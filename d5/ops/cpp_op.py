@@ -97,8 +97,7 @@ class CppOp(CustomOp):
         if dtype not in self.signature.dtypes:
             raise OperatorError(f"{self.op_type} was compiled for {', '.join(self.signature.dtypes)}, not {dtype}: "
                                 f"pass dtypes=[..., {dtype!r}] to compile_cpp_op, or cast the inputs")
-        if len(shapes) != self.num_inputs:
-            raise ShapeError(self._arity_message("input", len(shapes)))
+        self._check_input_count(len(shapes))
         outputs = self.output_shapes(shapes, dtype)
         instance = self._call("constructor", self.library.module.create, self.signature.name, dtype,
                               [list(s) for s in shapes], [list(s) for s in outputs], self._encoded_attributes)
@@ -127,13 +126,21 @@ class CppOp(CustomOp):
                         [_address(o) for o in outputs], [_address(g) for g in input_grads])
         return input_grads[0] if len(input_grads) == 1 else tuple(input_grads)
 
-    def _arrays(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        if len(inputs) != self.num_inputs:
-            raise ShapeError(self._arity_message("input", len(inputs)))
-        arrays = [np.ascontiguousarray(x) for x in inputs]  # a copy only for non-contiguous inputs
-        if len({a.dtype for a in arrays}) > 1:
+    def element_type(self, input_dtypes: Sequence[Any]) -> str:
+        """The element type T of a call with inputs of these dtypes (NumPy's or a framework's, e.g.
+        ``torch.float32``): ShapeError for another number of inputs than forward takes, OperatorError for mixed
+        dtypes. Bridges call it before :meth:`kernel`."""
+        self._check_input_count(len(input_dtypes))
+        names = [str(d).removeprefix("torch.") if not isinstance(d, np.dtype) else d.name for d in input_dtypes]
+        if len(set(names)) > 1:
             raise OperatorError(f"{self.op_type}: every input must have the same dtype (the C++ class has one "
-                                f"element type T), got {[a.dtype.name for a in arrays]}")
+                                f"element type T), got {names}")
+        return names[0]
+
+    def _arrays(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        self._check_input_count(len(inputs))
+        arrays = [np.ascontiguousarray(x) for x in inputs]  # a copy only for non-contiguous inputs
+        self.element_type([a.dtype for a in arrays])
         return arrays
 
     def _matching(self, values: Sequence[Any], shapes: Sequence[Shape], dtype: str, what: str,
@@ -164,10 +171,11 @@ class CppOp(CustomOp):
             raise ShapeError(f"{self.op_type}: the shape function gave a negative dimension: {shapes}")
         return shapes
 
-    def _arity_message(self, what: str, got: int) -> str:
-        expected = self.num_inputs if what == "input" else self.num_outputs
-        return (f"{self.op_type} takes {expected} {what}(s) -- its C++ forward has {self.num_inputs} `const T*` "
-                f"input and {self.num_outputs} `T*` output parameter(s) -- but got {got}")
+    def _check_input_count(self, got: int) -> None:
+        if got != self.num_inputs:
+            raise ShapeError(f"{self.op_type} takes {self.num_inputs} input(s) -- its C++ forward has "
+                             f"{self.num_inputs} `const T*` input and {self.num_outputs} `T*` output parameter(s) "
+                             f"-- but got {got}")
 
     def _call(self, what: str, function: Callable, *args: Any) -> Any:
         try:

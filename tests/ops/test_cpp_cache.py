@@ -57,9 +57,7 @@ def test_a_second_call_loads_the_cached_build_without_compiling(cache, tmp_path,
     first = compile_cpp_op(path, "scaled", defines={"SCALE": 2})
     assert first.library.built
     monkeypatch.setattr(cpp_build, "_LOADED", {})
-    started = time.perf_counter()
-    again = compile_cpp_op(path, "scaled", defines={"SCALE": 2})
-    assert time.perf_counter() - started < 5  # a compile takes seconds; the figure itself is in benchmarks/
+    again = compile_cpp_op(path, "scaled", defines={"SCALE": 2})  # its time is a figure: benchmarks/custom_ops.py
     assert not again.library.built and again.library.path == first.library.path
     np.testing.assert_array_equal(again.forward([np.arange(3.0)]), [0, 2, 4])
     assert len(_entries(cache)) == 1

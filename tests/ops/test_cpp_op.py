@@ -363,3 +363,15 @@ def test_the_example_script_validates_and_trains_both_operators():
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("gradient check PASSED") == 2
     assert result.stdout.count("in 30 steps") == 2 * len(FRAMEWORKS)
+
+
+def test_mixed_input_dtypes_are_refused_alike_in_every_framework(framework):
+    op = compile_cpp_op(AFFINE, "affine")
+    x, w = np.ones((2, 3), np.float32), np.ones((3, 2), np.float64)
+    with pytest.raises(OperatorError, match="same dtype.*float32.*float64"):
+        if framework.NAME == "pytorch":
+            import torch
+
+            framework.custom_op(op)(torch.from_numpy(x), torch.from_numpy(w))
+        else:
+            framework.custom_op(op).forward([x, w])

@@ -177,15 +177,12 @@ class _CustomOpFunction(torch.autograd.Function):
 class _CppOpFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, op: CppOp, *inputs: torch.Tensor):  # noqa: D401 - torch's signature
-        if len(inputs) != op.num_inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
-            raise ShapeError(f"{op.op_type} takes {op.num_inputs} tensor input(s), got "
-                             f"{[type(t).__name__ for t in inputs]}")
+        if not all(isinstance(t, torch.Tensor) for t in inputs):
+            raise ShapeError(f"{op.op_type} takes tensors, got {[type(t).__name__ for t in inputs]}")
+        dtype = op.element_type([t.dtype for t in inputs])
         device = inputs[0].device
         tensors = [_flat_cpu(t) for t in inputs]
-        if len({t.dtype for t in tensors}) > 1:
-            raise ShapeError(f"{op.op_type}: every input must have the same dtype (the C++ class has one element "
-                             f"type T), got {[str(t.dtype) for t in tensors]}")
-        kernel = op.kernel(str(tensors[0].dtype).removeprefix("torch."), [tuple(t.shape) for t in tensors])
+        kernel = op.kernel(dtype, [tuple(t.shape) for t in tensors])
         outputs = [_guarded_empty(kernel, shape, tensors[0].dtype) for shape in kernel.output_shapes]
         kernel.forward([t.data_ptr() for t in tensors], [o.data_ptr() for o in outputs])
         ctx.kernel, ctx.device = kernel, device
