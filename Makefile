@@ -5,6 +5,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.d5-installed
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 PYTEST_ARGS ?=
+comma := ,
+space := $(subst ,, )
 
 .PHONY: demo test install data bench conformance public-models fuzz clean
 
@@ -34,8 +36,12 @@ data:
 demo: $(STAMP) data
 	$(PY) recipes/fashion_mnist_lenet.py
 
+# Every framework d5 has a package for must be installed and import: a missing one fails the run instead of
+# silently dropping out of the contract suite (tests/frameworks/test_required.py).
+IMPLEMENTED_FRAMEWORKS := $(subst $(space),$(comma),$(sort $(notdir $(patsubst %/,%,$(dir $(wildcard d5/frameworks/*/__init__.py))))))
+
 test: $(STAMP) data
-	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
+	D5_REQUIRE_FRAMEWORKS=$(IMPLEMENTED_FRAMEWORKS) $(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
 
 # ONNX's own backend test suite on each framework: per-case report + summary line (own operators, with fallback).
 conformance: $(STAMP)

@@ -1,5 +1,5 @@
 """Operator benchmarks (issue 11, item 6): DeepBench-style GEMM, convolution and element-wise problems, forward
-and backward, for the reference kernels, PyTorch's native kernels and the seeds' custom operators, against the
+and backward, on every available framework (its own kernels and the seeds' custom operators), against the
 SGEMM peak and memory bandwidth measured in the same run. The same as ``d5 bench ops``; see
 docs/operator_benchmarks.md.
 

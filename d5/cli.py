@@ -1,7 +1,7 @@
 """The ``d5`` command.
 
     d5 info [--json]                       versions, frameworks, MPI, thread settings and machine facts
-    d5 operators                           operators the reference framework implements
+    d5 operators                           operator types d5 knows, and which the reference framework implements
     d5 run RECIPE [OVERRIDES]              run a recipe (a path, or a name in recipes/); OVERRIDES: --epochs,
                                            --batch-size, --lr, --threads, --subset, --seed, --json PATH, ...
     d5 run --replay RESULT.json [--json PATH]
@@ -55,10 +55,17 @@ def _info(args: argparse.Namespace) -> int:
 
 def _operators(args: argparse.Namespace) -> int:
     from d5.frameworks.reference.operators import supported_operators
+    from d5.network.op_types import known_operator_types
 
-    ops = supported_operators()
-    print(f"{len(ops)} reference operators:")
-    print(", ".join(ops))
+    # The same count of known operator types as an unknown operator's error message gives.
+    known, implemented = known_operator_types(), supported_operators()
+    missing = sorted(set(known) - set(implemented))
+    print(f"the reference framework implements {len(implemented)} of the {len(known)} operator types d5 knows "
+          "(ONNX's default domain and d5's own):")
+    print(", ".join(implemented))
+    if missing:
+        print(f"not implemented ({len(missing)}; from_model(..., fallback=True) tries them on onnx.reference, "
+              f"inference only): {', '.join(missing)}")
     return 0
 
 
@@ -168,7 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     info = commands.add_parser("info", help="versions, frameworks, MPI, thread settings and machine facts")
     info.add_argument("--json", action="store_true")
     info.set_defaults(run=_info)
-    commands.add_parser("operators", help="operators of the reference framework").set_defaults(run=_operators)
+    operators = commands.add_parser("operators", help="operator types d5 knows and those the reference framework "
+                                    "implements")
+    operators.set_defaults(run=_operators)
     _add_run_parser(commands, "run", "run a recipe")
     _add_run_parser(commands, "recipe", "run a recipe (the same as d5 run)")
     sweep = commands.add_parser("sweep", help="run a recipe over a grid of overrides and seeds",
@@ -189,6 +198,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def report_error(err: D5Error) -> int:
+    """Report a d5 error the one way every d5 program does -- ``d5: error: MESSAGE`` on stderr, no traceback
+    (the message already says what was wrong and what to do) -- and return its exit status, 2. Used by
+    :func:`main` and by a recipe script run with ``python RECIPE.py`` (:func:`d5.run_recipe`).
+
+    >>> import contextlib, io
+    >>> with contextlib.redirect_stderr(io.StringIO()) as stderr:
+    ...     status = report_error(D5Error("--epochs must be positive, got 0"))
+    >>> status, stderr.getvalue().splitlines()
+    (2, ['d5: error: --epochs must be positive, got 0'])
+    """
+    print(f"d5: error: {err}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the ``d5`` command with ``argv`` (``sys.argv[1:]`` when None); its exit status. A d5 error is
     printed as ``d5: error: ...`` on stderr and gives status 2.
@@ -200,8 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except D5Error as err:
-        print(f"d5: error: {err}", file=sys.stderr)
-        return 2
+        return report_error(err)
     except KeyboardInterrupt:
         if args.command != "sweep":
             raise

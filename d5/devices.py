@@ -14,9 +14,8 @@ INFO level, which prints nothing unless the program asks for it (``logging.basic
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import logging
-from typing import Callable, Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 from d5.errors import FrameworkNotInstalledError
 
@@ -51,60 +50,51 @@ class GPUDevice(Device):
         return f"GPUDevice({self.index})"
 
 
-def _torch_gpu_count() -> int:
-    import torch  # lazily: `import d5` must not import a framework
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-#: d5 framework name -> (Python package, function counting the GPUs that framework can use here).
-#: Only frameworks whose d5 back-end runs on GPUs are listed; a new back-end adds its probe here.
-GPU_PROBES: Dict[str, Tuple[str, Callable[[], int]]] = {"pytorch": ("torch", _torch_gpu_count)}
-
-
 def _gpu_count(framework: str) -> Tuple[int, str]:
-    """(usable GPUs, why) for one framework, importing its package only if it is installed."""
-    if framework not in GPU_PROBES:
-        return 0, f"d5's {framework!r} back-end runs on the CPU only"
-    package, probe = GPU_PROBES[framework]
-    if importlib.util.find_spec(package) is None:
-        return 0, f"{package} is not installed"
+    """(usable GPUs, why) for one framework: its ``runtime.gpu_count()`` through the registry
+    (:func:`d5.frameworks.runtime`), which imports the framework only if it is available."""
+    import d5.frameworks
+
+    if framework not in d5.frameworks.available():
+        return 0, f"{framework} is not available here"
     try:
-        count = int(probe())
+        count = int(d5.frameworks.runtime(framework).gpu_count())
     except Exception as err:  # a broken driver or install must not stop a program that can run on the CPU
         logger.warning("best_device: %s could not query its GPUs (%s: %s); using the CPU",
-                       package, type(err).__name__, err)
-        return 0, f"{package} could not query its GPUs"
-    return count, f"{framework} ({package}) sees {count} GPU(s)"
+                       framework, type(err).__name__, err)
+        return 0, f"{framework} could not query its GPUs"
+    return count, f"{framework} sees {count} GPU(s)"
 
 
 def best_device(framework: Optional[str] = None) -> Device:
-    """``GPUDevice(0)`` when a GPU is usable by ``framework`` (None: by any installed framework d5 runs on
-    GPUs, today PyTorch via ``torch.cuda.is_available()``), else ``CPUDevice()``.
+    """``GPUDevice(0)`` when a GPU is usable by ``framework`` (None: by any available framework, asked in the
+    registry's order), else ``CPUDevice()``. Each framework counts its own GPUs (``gpu_count()`` in its
+    ``runtime.py``).
 
-    A framework's package is imported only if it is installed (so calling this may import torch; importing
-    d5 never does). The choice and its reason are logged at INFO on the ``"d5"`` logger. Pick another GPU
-    with ``d5.GPUDevice(n)`` (or a recipe's ``--device gpu:N``).
+    A framework is imported only if it is available (so calling this may import one; importing d5 never
+    does). The choice and its reason are logged at INFO on the ``"d5"`` logger; a framework that fails to
+    count its GPUs is logged at WARNING and counts none. Pick another GPU with ``d5.GPUDevice(n)`` (or a
+    recipe's ``--device gpu:N``).
 
     >>> best_device("reference")
     CPUDevice()
     >>> best_device() in (CPUDevice(), GPUDevice(0))
     True
     """
-    from d5.frameworks import FRAMEWORKS  # imports no framework
+    import d5.frameworks  # imports no framework
 
-    if framework is not None and framework not in FRAMEWORKS:
+    if framework is not None and framework not in d5.frameworks.FRAMEWORKS:
         raise FrameworkNotInstalledError(f"best_device: unknown framework {framework!r}; d5 knows "
-                                         f"{sorted(FRAMEWORKS)} (or pass None for any installed one)")
+                                         f"{sorted(d5.frameworks.FRAMEWORKS)} (or pass None for any installed one)")
     reasons = []
-    for name in ([framework] if framework is not None else list(GPU_PROBES)):
+    for name in ([framework] if framework is not None else d5.frameworks.available()):
         count, why = _gpu_count(name)
         if count > 0:
             logger.info("best_device: GPUDevice(0) because %s", why)
             return GPUDevice(0)
         reasons.append(why)
-    logger.info("best_device: CPUDevice() because %s", "; ".join(reasons) or "no framework runs on GPUs")
+    logger.info("best_device: CPUDevice() because %s", "; ".join(reasons) or "no framework is available")
     return CPUDevice()
 
 
-__all__ = ["Device", "CPUDevice", "GPUDevice", "best_device", "GPU_PROBES"]
+__all__ = ["Device", "CPUDevice", "GPUDevice", "best_device"]

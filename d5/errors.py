@@ -78,9 +78,15 @@ class CheckpointError(D5Error):
     """A checkpoint is corrupt, incomplete, from another network or from an incompatible d5 version."""
 
 
+class OutputPathError(D5Error, OSError):
+    """A result, report or data file cannot be written where it was asked to go: a directory that cannot be
+    created, a read-only or full file system. The message names the path and what to do; an OSError too, so
+    code that handles a failed write (and says what is left intact) keeps handling it."""
+
+
 __all__ = [
     "D5Error", "GraphError", "SchemaError", "ShapeError", "UnsupportedOperatorError", "OperatorError",
     "InsufficientMemoryError", "OnnxImportError",
     "DatasetError", "CompileError", "DivergenceError", "DistributedError", "RecipeError",
-    "FrameworkNotInstalledError", "InvalidHyperparameterError", "CheckpointError",
+    "FrameworkNotInstalledError", "InvalidHyperparameterError", "CheckpointError", "OutputPathError",
 ]

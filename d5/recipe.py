@@ -23,7 +23,16 @@ training and test examples), ``--seed``, ``--lr`` (the optimizer's learning rate
 of the recipe is scaled by the same factor, so it keeps its shape) and ``--json PATH``. A run with these
 overrides is reported as modified. ``--threads N`` sets the thread count of every BLAS/OpenMP pool
 (threadpoolctl), of the reference framework's kernels and of PyTorch (``torch.set_num_threads``) for the
-training run, and restores them afterwards; like ``--device`` it is not a modification.
+training run, and restores them afterwards; like ``--device`` it is not a modification. A flag the recipe does
+not know (``--epoch 2`` is fine, ``--bogus 1`` or ``--batch_size 8`` is not) is a RecipeError that lists the
+flags it knows, so a misspelt override never runs the benchmark unchanged.
+
+A recipe script ends with a verdict line and an exit status: ``recipe PASSED`` (status 0) or ``recipe FAILED``
+(status 1) for the benchmark as defined; ``recipe MODIFIED by --epochs 1 --subset 500 ...`` for a run whose
+overrides change what it computes (a smoke test, an experiment): not a valid benchmark result, with status 0
+when it met every metric and 1 when it missed one, as a shortened run usually does. A d5 error (a bad flag,
+missing data, an output path that cannot be written) is one ``d5: error: ...`` line on stderr and status 2,
+as with ``d5 run``.
 
 The JSON result (``--json``) holds, besides the metrics (with the per-step time summary), the environment,
 the seeds, the overrides as canonical argv, the git state, the recipe script (path, SHA-256, text) and every
@@ -63,8 +72,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from d5.errors import RecipeError
-from d5.recipe_args import modifications, overrides_to_argv, parse_overrides
+from d5.errors import D5Error, RecipeError
+from d5.recipe_args import OVERRIDES_BY_NAME, modifications, overrides_to_argv, parse_overrides
 
 COMPONENTS = ("model", "dataset", "train_sampler", "validation_sampler", "batch_size", "epochs", "executor",
               "optimizer", "events", "seed")
@@ -412,7 +421,30 @@ def _resolved(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 def run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Sequence[tuple[Any, float | None]],
                argv: Sequence[str] | None = None, progress: bool = True, verbose: bool = True) -> bool:
-    """Run the recipe; True when every metric meets its threshold (None thresholds are reported only)."""
+    """Run the recipe; True when every metric meets its threshold (None thresholds are reported only).
+
+    ``argv`` holds the overrides. None means the command line (``sys.argv[1:]``) when a recipe script is the
+    program being run (:func:`d5.recipe_record.is_recipe_script`), and no overrides when a test, a notebook or
+    another module calls: their command line holds their own flags, which the recipe would refuse.
+
+    Called by a recipe script, a d5 error ends the program as ``d5 run`` ends it -- one ``d5: error: ...`` line
+    on stderr, exit status 2, no traceback (:func:`d5.cli.report_error`); called by a program, it is raised.
+    """
+    from d5.recipe_record import is_recipe_script
+
+    caller = sys._getframe(1).f_globals  # the recipe script's module, when a script called us
+    if not is_recipe_script(caller):
+        return _run_recipe(fixed, mutable, metrics, [] if argv is None else argv, progress, verbose, caller)
+    try:
+        return _run_recipe(fixed, mutable, metrics, argv, progress, verbose, caller)
+    except D5Error as err:
+        from d5.cli import report_error
+
+        sys.exit(report_error(err))
+
+
+def _run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Sequence[tuple[Any, float | None]],
+                argv: Sequence[str] | None, progress: bool, verbose: bool, caller: Mapping[str, Any]) -> bool:
     from d5 import recipe_record
     from d5.frameworks import reference
     from d5.training.optimizers import GradientDescent
@@ -420,7 +452,6 @@ def run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Se
     from d5.training.trainer import Trainer
 
     started = time.perf_counter()
-    caller = sys._getframe(1).f_globals  # the recipe script's module, when a script called us
     spec = _merge(fixed, mutable)
     origin = {**{_canonical(k): "fixed" for k in fixed}, **{_canonical(k): "mutable" for k in mutable}}
     overrides = parse_overrides(argv)
@@ -476,7 +507,7 @@ def run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Se
     rows = [_metric_row(metric, threshold) for metric, threshold in metrics]
     passed = all(row["met"] for row in rows)
     if verbose:
-        _print_table(rows, passed, modified)
+        _print_table(rows, modified)
     if overrides.json:
         from d5.bench.environment import capture_environment
         from d5.bench.results import write_result
@@ -557,7 +588,7 @@ def _check_metrics(metrics: Any) -> None:
             raise RecipeError(f"the threshold of {metric.name} must be a number or None (report only), got {threshold!r}")
 
 
-def _print_table(rows: list[dict], passed: bool, modified: dict) -> None:
+def _print_table(rows: list[dict], modified: dict) -> None:
     from d5.bench.report import markdown_table
 
     table = [{"metric": r["metric"], "value": f"{r['value']:.4g} {r['unit']}".strip(),
@@ -565,5 +596,26 @@ def _print_table(rows: list[dict], passed: bool, modified: dict) -> None:
               "met": "yes" if r["met"] else "NO", "detail": r["detail"]} for r in rows]
     if table:
         print(markdown_table(table))
-    note = f" (modified by overrides {modified}: not a valid benchmark result)" if modified else ""
-    print(f"recipe {'PASSED' if passed else 'FAILED'}{note}")
+    print(verdict(rows, modified))
+
+
+def verdict(rows: Sequence[Mapping[str, Any]], modified: Mapping[str, Any]) -> str:
+    """The line a recipe run ends with. PASSED or FAILED judge the benchmark as the recipe defines it; a run
+    with overrides that change what it computes (a smoke test such as ``--epochs 1 --subset 500``, an
+    experiment with ``--lr``) is MODIFIED -- not a benchmark result, so neither passed nor failed -- and the
+    line says which metrics it missed, since that still sets its exit status (1; 0 when it met them all).
+
+    >>> verdict([{"metric": "TestAccuracy", "met": False}], {})
+    'recipe FAILED: missed TestAccuracy'
+    >>> verdict([{"metric": "TestAccuracy", "met": False}], {"epochs": 1, "subset": 500})  # doctest: +ELLIPSIS
+    'recipe MODIFIED by --epochs 1 --subset 500: ran to the end, not a valid benchmark result; ... (exit status 1)'
+    """
+    missed = [row["metric"] for row in rows if not row["met"]]
+    outcome = f"missed {', '.join(missed)}" if missed else "every metric met"
+    if not modified:
+        return f"recipe FAILED: {outcome}" if missed else "recipe PASSED: every metric met"
+    flags = " ".join(f"{OVERRIDES_BY_NAME[name].flag} {OVERRIDES_BY_NAME[name].to_text(value)}"
+                     for name, value in modified.items())
+    # Recipe scripts end in `run_recipe(...) or exit(1)`: the exit status follows the metrics alone.
+    return (f"recipe MODIFIED by {flags}: ran to the end, not a valid benchmark result; {outcome} "
+            f"(exit status {1 if missed else 0})")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import math
 import sys
 from pathlib import Path
@@ -155,9 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_overrides(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse a recipe's overrides (``sys.argv[1:]`` when ``argv`` is None); a RecipeError for a bad one.
 
-    Flags the parser does not know are ignored, so a recipe imported by another program (pytest, a
-    notebook) ignores that program's flags. A ``--json`` path that cannot be written is refused now, not
-    after training.
+    A flag the parser does not know is refused, with the known ones: a misspelt override silently ignored
+    would run the unchanged benchmark. (``run_recipe`` passes no command line when a program other than a
+    recipe script calls it, so a test runner's or a notebook's own flags never reach this parser.) A
+    ``--json`` path that cannot be written is refused now, not after training.
 
     >>> parse_overrides(["--seed", "-1"])
     Traceback (most recent call last):
@@ -166,9 +168,11 @@ def parse_overrides(argv: Sequence[str] | None) -> argparse.Namespace:
     """
     parser = build_parser()
     try:
-        args, _ = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+        args, unknown = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
     except argparse.ArgumentError as err:
         raise RecipeError(f"{err}; see --help") from None
+    if unknown:
+        raise _unknown_argument(unknown, parser)
     for override in OVERRIDES:
         value = getattr(args, override.name)
         problem = None if value is None else override.check(value)
@@ -184,6 +188,26 @@ def parse_overrides(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.checkpoint is not None:
         check_writable(Path(args.checkpoint) / "step-000000000.d5ckpt", "--checkpoint directory")
     return args
+
+
+def _unknown_argument(unknown: Sequence[str], parser: argparse.ArgumentParser) -> RecipeError:
+    """The error for the first argument ``parser`` left over: a flag it does not know (with the closest known
+    one, if any) or a stray value, and the flags a recipe takes.
+
+    >>> print(_unknown_argument(["--batch_size", "8"], build_parser()))  # doctest: +ELLIPSIS
+    unknown flag --batch_size (did you mean --batch-size?); a recipe takes --epochs, --batch-size, ...
+    """
+    # Every long flag of the parser (overrides, outputs): the list stays right as flags are added.
+    flags = [flag for action in parser._actions for flag in action.option_strings
+             if flag.startswith("--") and flag != "--help"]
+    first = str(unknown[0])
+    if first.startswith("-"):
+        name = first.partition("=")[0]
+        close = difflib.get_close_matches(name, flags, n=1)
+        problem = f"unknown flag {name}" + (f" (did you mean {close[0]}?)" if close else "")
+    else:
+        problem = f"unexpected argument {first!r}, which follows no flag that takes a value"
+    return RecipeError(f"{problem}; a recipe takes {', '.join(flags)} (see --help)")
 
 
 def overrides_to_argv(args: argparse.Namespace) -> list[str]:

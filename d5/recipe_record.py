@@ -121,18 +121,32 @@ def _canonical(description: Any) -> str:
     return json.dumps(description, sort_keys=True, default=str)
 
 
+def is_recipe_script(caller_globals: Mapping[str, Any]) -> bool:
+    """Whether ``run_recipe`` was called by the module level of a script that is the program being run
+    (``python recipe.py``, ``d5 run``, ``d5 sweep``), not by an imported module, a test or a notebook (whose
+    ``__main__`` has no ``.py`` file).
+
+    >>> is_recipe_script({"__name__": "__main__", "__file__": "recipes/mnist_lenet.py"})
+    True
+    >>> is_recipe_script({"__name__": "__main__"}), is_recipe_script({"__name__": "tests.test_recipe"})
+    (False, False)
+    """
+    path = caller_globals.get("__file__")
+    return caller_globals.get("__name__") == "__main__" and bool(path) and str(path).endswith(".py")
+
+
 def recipe_source(caller_globals: Mapping[str, Any]) -> dict | None:
     """``{"path", "name", "sha256", "text"}`` of the recipe script whose module level called ``run_recipe``
-    (a script run as ``__main__``: ``python recipe.py`` or ``d5 run``); None for a call from a program.
+    (see :func:`is_recipe_script`); None for a call from a program.
 
     >>> recipe_source({"__name__": "my_notebook", "__file__": "notebook.py"}) is None
     True
     >>> sorted(recipe_source({"__name__": "__main__", "__file__": find_recipe("mnist_lenet")}))
     ['name', 'path', 'sha256', 'text']
     """
-    path = caller_globals.get("__file__")
-    if caller_globals.get("__name__") != "__main__" or not path or not str(path).endswith(".py"):
+    if not is_recipe_script(caller_globals):
         return None
+    path = caller_globals["__file__"]
     try:
         data = Path(path).read_bytes()
     except OSError:
@@ -351,6 +365,5 @@ def replay(result_path: str | os.PathLike, run_script: Any, json_path: str | Non
     return status
 
 
-__all__ = ["RECIPE_FORMAT", "describe", "recipe_source", "find_recipe", "git_diff_digest", "expecting", "check_expected",
-           "plan_replay",
-           "replay", "ReplayPlan"]
+__all__ = ["RECIPE_FORMAT", "describe", "is_recipe_script", "recipe_source", "find_recipe", "git_diff_digest",
+           "expecting", "check_expected", "plan_replay", "replay", "ReplayPlan"]

@@ -42,7 +42,7 @@ from typing import Any, Mapping, Sequence
 
 from d5.bench.report import aggregate, aggregate_point
 from d5.bench.results import PAYLOAD_FORMATS
-from d5.errors import D5Error, RecipeError
+from d5.errors import D5Error, OutputPathError, RecipeError
 
 SWEEP_FORMAT = PAYLOAD_FORMATS["sweep"][1]
 #: Variables a child process gets for ``threads=N``: pools created before d5 can set them also use N.
@@ -306,8 +306,12 @@ def run_sweep(recipe: str | os.PathLike, grid: Sequence[str] | Mapping[str, Sequ
     directory = Path(output)
     if directory.exists() and not directory.is_dir():
         raise D5Error(f"--output {str(directory)!r} is a file; name a directory for the sweep's results")
-    (directory / "runs").mkdir(parents=True, exist_ok=True)
-    (directory / "logs").mkdir(exist_ok=True)
+    try:
+        (directory / "runs").mkdir(parents=True, exist_ok=True)
+        (directory / "logs").mkdir(exist_ok=True)
+    except OSError as err:
+        raise OutputPathError(f"--output {str(directory)!r}: the sweep's directory cannot be created "
+                              f"({err.strerror or err}); choose a directory you may write to") from None
     lock = FileLock(str(directory / ".sweep.lock"))
     try:
         lock.acquire(timeout=0)

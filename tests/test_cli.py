@@ -192,6 +192,30 @@ def test_threads_sets_every_pool_for_the_run_and_restores_them(tmp_path):
     assert [pool["num_threads"] for pool in threadpool_info()][:len(before)] == before
 
 
+# --- d5 operators ----------------------------------------------------------------------------------------------
+
+def test_operators_counts_the_known_operator_types_as_an_unknown_operator_s_error_does(capsys):
+    from d5.errors import UnsupportedOperatorError
+    from d5.frameworks.reference.operators import supported_operators
+    from d5.network.op_types import known_operator_types
+
+    known, implemented = known_operator_types(), supported_operators()
+    assert set(implemented) <= set(known)  # the reference implements only operators a Network accepts
+    assert main(["operators"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (f"the reference framework implements {len(implemented)} of the {len(known)} operator types "
+                        "d5 knows (ONNX's default domain and d5's own):")
+    assert lines[1] == ", ".join(implemented)
+    missing = sorted(set(known) - set(implemented))
+    assert lines[2:] == ([f"not implemented ({len(missing)}; from_model(..., fallback=True) tries them on "
+                          f"onnx.reference, inference only): {', '.join(missing)}"] if missing else [])
+    network = d5.Network()
+    network.add_input("x", ("N", 4))
+    with pytest.raises(UnsupportedOperatorError) as info:
+        network.add_node("Conv2D", ["x"], ["y"])
+    assert f"d5 knows {len(known)} operator types, ONNX's default domain and d5's own" in str(info.value)
+
+
 # --- d5 info ---------------------------------------------------------------------------------------------------
 
 def test_info_adds_mpi_and_the_thread_settings(capsys):

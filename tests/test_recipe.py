@@ -1,4 +1,7 @@
 """Recipes: component validation, the seeds' spellings, overrides and the exit code of a recipe script."""
+import errno
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,7 +59,9 @@ def test_overrides_change_the_run_and_are_reported(capsys, tmp_path):
     d5.run_recipe(FIXED, mutable(), [(metric, None)], argv=["--epochs", "1", "--subset", "64", "--json", str(out)],
                   progress=False)
     assert len(metric.step_times) == 64 // 32  # one epoch of 64 examples at batch 32
-    assert "not a valid benchmark result" in capsys.readouterr().out
+    verdict = capsys.readouterr().out.splitlines()[-1]
+    assert verdict == ("recipe MODIFIED by --epochs 1 --subset 64: ran to the end, not a valid benchmark result; "
+                       "every metric met (exit status 0)")
     result = d5.bench.results.read_result(out)
     assert result["extra"]["overrides"] == {"epochs": 1, "subset": 64}
 
@@ -68,11 +73,14 @@ def test_recipe_script_exit_code_smoke_run():
     except d5.errors.DatasetError:
         pytest.skip("Fashion-MNIST is not installed")
     script = ROOT / "recipes" / "fashion_mnist_lenet.py"
-    # A 500-image, one-epoch smoke run cannot reach 87%: the recipe must say so with exit code 1.
+    # A 500-image, one-epoch smoke run cannot reach 87%: the recipe must say so with exit code 1, and say that
+    # it is a modified run, not a failed benchmark.
     result = subprocess.run([sys.executable, str(script), "--epochs", "1", "--subset", "500"],
                             capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 1, result.stderr
-    assert "TestAccuracy" in result.stdout and "recipe FAILED" in result.stdout
+    assert "TestAccuracy" in result.stdout and "recipe FAILED" not in result.stdout
+    assert "recipe MODIFIED by --epochs 1 --subset 500: ran to the end, not a valid benchmark result; missed " \
+           "TestAccuracy (exit status 1)" in result.stdout
 
 
 # --- components and overrides of the wrong type: a RecipeError before anything is built -------------------
@@ -255,14 +263,14 @@ def test_device_override_replaces_the_executor_device(argv, expected, tmp_path):
 def test_device_best_asks_best_device(monkeypatch):
     from d5 import devices
 
-    seen = []
-    monkeypatch.setitem(devices.GPU_PROBES, "pytorch", ("numpy", lambda: 1))  # pretend PyTorch sees a GPU
-    d5.run_recipe(FIXED, mutable(executor=spy_executor(seen)), [], argv=["--device", "best", "--subset", "32"],
-                  progress=False, verbose=False)
-    monkeypatch.setitem(devices.GPU_PROBES, "pytorch", ("numpy", lambda: 0))
-    d5.run_recipe(FIXED, mutable(executor=spy_executor(seen)), [], argv=["--device", "best", "--subset", "32"],
-                  progress=False, verbose=False)
+    seen, asked = [], []
+    for answer in (d5.GPUDevice(0), d5.CPUDevice()):  # as on a machine with a GPU, then without
+        monkeypatch.setattr(devices, "best_device", lambda framework=None, answer=answer: asked.append(framework)
+                            or answer)
+        d5.run_recipe(FIXED, mutable(executor=spy_executor(seen)), [], argv=["--device", "best", "--subset", "32"],
+                      progress=False, verbose=False)
     assert seen == [d5.GPUDevice(0), d5.CPUDevice()]
+    assert asked == [None, None]  # an executor outside d5.frameworks: best_device over every framework
 
 
 @pytest.mark.parametrize("mutable_, argv, expected", [
@@ -301,7 +309,7 @@ def test_framework_pytorch_keeps_the_recipe_device():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the refusal below needs one that lacks it")
     # The GPU device reaches the PyTorch executor, which refuses a GPU this machine lacks.
-    with pytest.raises(d5.errors.D5Error, match=r"GPUDevice\(0\): this machine has 0 CUDA GPU"):
+    with pytest.raises(d5.errors.D5Error, match=r"GPUDevice\(0\): this machine has 0 "):
         d5.run_recipe(FIXED, mutable(executor_kwargs={"device": d5.GPUDevice(0)}), [],
                       argv=["--framework", "pytorch", "--subset", "32"], progress=False, verbose=False)
 
@@ -463,3 +471,141 @@ def test_an_optimizer_named_by_a_string_is_the_framework_s_class(tmp_path):
                          argv=["--json", str(out)], progress=False, verbose=False)
     components = d5.bench.results.read_result(out)["extra"]["recipe"]["components"]
     assert components["optimizer"] == {"callable": "d5.training.optimizers.MomentumOptimizer"}
+
+
+# --- a recipe run as a script: its verdict, its exit status, d5 errors as `d5 run` reports them ---------------
+
+TINY = ROOT / "tests" / "recipes" / "tiny_mlp_recipe.py"
+
+
+def python(*args):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+@pytest.mark.parametrize("overrides, status, last_line", [
+    ([], 0, "recipe PASSED: every metric met"),
+    (["--batch-size", "16"], 0,
+     "recipe MODIFIED by --batch-size 16: ran to the end, not a valid benchmark result; every metric met "
+     "(exit status 0)"),
+    (["--epochs", "1", "--subset", "64"], 1,
+     "recipe MODIFIED by --epochs 1 --subset 64: ran to the end, not a valid benchmark result; missed "
+     "TestAccuracy (exit status 1)"),
+], ids=["benchmark", "modified, met", "smoke test, missed"])
+def test_a_recipe_script_ends_with_its_verdict_and_exit_status(overrides, status, last_line):
+    result = python(str(TINY), *overrides)
+    assert result.returncode == status, result.stderr
+    assert result.stdout.splitlines()[-1] == last_line
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["--bogus", "1"], "unknown flag --bogus; a recipe takes --epochs, --batch-size, --framework, --subset"),
+    (["--batch_size", "8"], "unknown flag --batch_size (did you mean --batch-size?); a recipe takes --epochs"),
+    (["--device", "gpu"], "--device GPUDevice(0): framework 'reference' runs on the CPU only"),
+], ids=["unknown flag", "misspelt flag", "no GPU framework"])
+def test_a_recipe_script_reports_a_d5_error_exactly_as_d5_run_does(overrides, message):
+    script = python(str(TINY), *overrides)
+    via_d5_run = python("-m", "d5.cli", "run", str(TINY), *overrides)
+    assert script.returncode == via_d5_run.returncode == 2
+    assert script.stderr == via_d5_run.stderr  # one line, no traceback
+    assert script.stderr.startswith(f"d5: error: {message}") and script.stderr.count("\n") == 1
+    assert script.stdout == ""  # refused before training
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc, in which no directory can be created")
+def test_a_json_directory_that_cannot_be_created_is_one_d5_error_line():
+    script = python(str(TINY), "--json", "/proc/d5probe/run.json")
+    assert script.returncode == 2 and script.stdout == ""
+    assert script.stderr.startswith("d5: error: --json path '/proc/d5probe/run.json' cannot be written: directory ")
+    assert "choose a path" in script.stderr and script.stderr.count("\n") == 1
+
+
+def test_run_recipe_called_by_a_program_raises_and_ignores_that_program_s_command_line(monkeypatch):
+    # pytest, a notebook kernel or the user's own program has flags the recipe does not know: not the recipe's.
+    monkeypatch.setattr(sys, "argv", ["pytest", "--bogus", "-x"])
+    assert d5.run_recipe(FIXED, mutable(), [(d5.TestAccuracy(), 70.0)], progress=False, verbose=False)
+    with pytest.raises(RecipeError, match="unknown flag --bogus"):  # a program gets the exception, not an exit
+        d5.run_recipe(FIXED, mutable(), [], argv=["--bogus"], progress=False, verbose=False)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--bogus", "1"], "unknown flag --bogus; a recipe takes --epochs, --batch-size, --framework, --subset, --seed, "
+                       "--device, --lr, --threads, --json, --checkpoint, --checkpoint-every, --resume (see --help)"),
+    (["--epcohs", "2"], "unknown flag --epcohs (did you mean --epochs?); "),
+    (["--batch_size=8"], "unknown flag --batch_size (did you mean --batch-size?); "),
+    (["--epochs", "1", "2"], "unexpected argument '2', which follows no flag that takes a value; a recipe takes "),
+], ids=["unknown", "misspelt", "underscore with =", "stray value"])
+def test_unknown_flags_are_refused_with_the_known_ones_before_anything_is_built(argv, expected):
+    dataset, calls = spy_dataset()
+    with pytest.raises(RecipeError) as info:
+        d5.run_recipe(FIXED, {"dataset": dataset}, [], argv=argv, progress=False, verbose=False)
+    assert str(info.value).startswith(expected)
+    assert not calls
+
+
+def test_a_unique_prefix_of_a_flag_is_that_flag():
+    from d5.recipe_args import parse_overrides
+
+    assert parse_overrides(["--epoch", "2"]).epochs == 2  # argparse's abbreviation: not an unknown flag
+
+
+# --- output paths that cannot be written: a d5 error (and an OSError), never a raw one, nothing left behind ----
+
+def test_atomic_write_into_a_directory_that_cannot_be_created_says_so(tmp_path):
+    from d5.errors import OutputPathError
+    from d5.io_utils import atomic_write
+
+    (tmp_path / "a_file").write_text("not a directory")
+    with pytest.raises(OutputPathError) as info:
+        with atomic_write(tmp_path / "a_file" / "sub" / "run.json") as handle:
+            handle.write("{}")
+    message = str(info.value)
+    assert f"directory {str(tmp_path / 'a_file' / 'sub')!r} cannot be created" in message
+    assert "choose a path under a directory you may write to, or create the directory first" in message
+    assert isinstance(info.value, OSError)  # callers that handle a failed write keep handling it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc, in which no directory can be created")
+def test_check_writable_and_atomic_write_refuse_a_directory_in_proc():
+    from d5.errors import OutputPathError
+    from d5.io_utils import atomic_write, check_writable
+
+    # As root, permission bits allow it: only creating the directory for real shows that it cannot be.
+    with pytest.raises(OutputPathError, match=r"--json path '/proc/d5probe/run.json' cannot be written: .*choose"):
+        check_writable("/proc/d5probe/run.json", "--json path")
+    with pytest.raises(OutputPathError, match=r"directory '/proc/d5probe' cannot be created"):
+        with atomic_write("/proc/d5probe/run.json"):
+            pass
+
+
+@pytest.mark.parametrize("failing, error, expected", [
+    ("mkstemp", errno.EROFS, "Read-only file system; choose a path you may write to"),
+    ("fsync", errno.ENOSPC, "No space left on device; free some space, or choose a path on another disk"),
+    ("replace", errno.EISDIR, "Is a directory; choose a path you may write to"),
+], ids=["read-only", "disk full", "rename"])
+def test_atomic_write_turns_a_failed_write_into_a_d5_error_and_leaves_nothing(tmp_path, monkeypatch, failing, error,
+                                                                               expected):
+    import d5.io_utils
+    from d5.errors import OutputPathError
+
+    def fail(*args, **kwargs):
+        raise OSError(error, os.strerror(error))
+    module = d5.io_utils.tempfile if failing == "mkstemp" else d5.io_utils.os
+    monkeypatch.setattr(module, failing, fail)
+    target = tmp_path / "run.json"
+    with pytest.raises(OutputPathError, match=re.escape(f"cannot write {str(target)!r}: {expected}")):
+        with d5.io_utils.atomic_write(target) as handle:
+            handle.write("{}")
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_write_lets_the_caller_s_own_errors_through(tmp_path):
+    from d5.errors import OutputPathError
+    from d5.io_utils import atomic_write
+
+    with pytest.raises(OSError) as info:
+        with atomic_write(tmp_path / "run.json"):
+            raise OSError(errno.EIO, "the source went away")
+    assert not isinstance(info.value, OutputPathError)
+    assert list(tmp_path.iterdir()) == []

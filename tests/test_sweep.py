@@ -264,3 +264,13 @@ def test_an_interrupted_sweep_resumes_without_redoing_finished_runs(tmp_path):
     assert outcome.skipped == len(finished) and outcome.ran == 2 - len(finished) and outcome.failed == 0
     assert all((output / "runs" / name).stat().st_mtime_ns == mtime for name, mtime in finished.items())
     assert sorted(p.name for p in (output / "runs").iterdir()) == [f"batch_size=16,seed={s}.json" for s in range(2)]
+
+
+def test_an_output_directory_that_cannot_be_created_is_a_d5_error_naming_it(tmp_path):
+    from d5.errors import OutputPathError
+    from d5.sweep import run_sweep
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(OutputPathError, match="the sweep's directory cannot be created"):
+        run_sweep(TINY, [], seeds=1, output=blocker / "sweep", progress=False)

@@ -1,12 +1,14 @@
 """Operator benchmarks (``d5 bench ops``, ``benchmarks/ops.py``): DeepBench-style GEMM, convolution and
-element-wise problems (:mod:`d5.bench.ops_problems`), forward and backward, for the reference framework's
-kernels, PyTorch's native kernels and the seeds' custom operators (Python ``IPowOp`` and C++ ``ipowop``),
-against the machine's SGEMM peak and memory bandwidth measured in the same run.
+element-wise problems (:mod:`d5.bench.ops_problems`), forward and backward, on every available framework (its
+own kernels and the seeds' custom operators, Python ``IPowOp`` and C++ ``ipowop``), against the machine's SGEMM
+peak and memory bandwidth measured in the same run. What a framework contributes -- its thread pool, the
+roofline's GEMM and copy, its operators bound for timing -- comes from its ``runtime.py`` through
+``d5.frameworks.runtime(name)``, so this module names no framework but the :data:`PEER` of one figure.
 
 Every implementation's outputs (forward output and every input gradient) are checked against the reference
 before it is timed -- numbers for wrong results are never reported: such a row is marked ``failed`` instead.
 Times are :func:`d5.bench.timing.measure` samples summarized as a median with a 95% non-parametric confidence
-interval; both frameworks run on the same number of threads (recorded). Outputs: a JSON result (with the
+interval; every framework runs on the same number of threads (recorded). Outputs: a JSON result (with the
 environment), a Markdown table and a roofline plot (arithmetic intensity against GFLOP/s, under the measured
 SGEMM peak and the measured bandwidth's slope).
 
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import os
 import time
 from pathlib import Path
@@ -26,13 +27,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from d5.errors import D5Error
+from d5.errors import D5Error, UnsupportedOperatorError
 
-from .ops_problems import (PASSES, BoundPasses, Implementation, ImplementationCatalog, Problem, Skipped,
+from .ops_problems import (ORACLE, PASSES, BoundPasses, Implementation, ImplementationCatalog, Problem, Skipped,
                            deepbench_subset, expected_results, quick_subset)
 
-#: Frameworks the operator benchmark knows how to time.
-BENCH_FRAMEWORKS = ("reference", "pytorch")
+#: The framework whose native kernels the element-wise rows are compared with (``elementwise_vs_<its package>_native``).
+PEER = "pytorch"
 #: An implementation passes the check when every output is within this of the reference's, relative to the
 #: reference output's largest magnitude (float32 sums of up to 4,608 products differ in the last bits).
 CHECK_TOLERANCE = 1e-4
@@ -41,7 +42,7 @@ PEAK_FRACTION_TARGET = 0.5
 SEED = 0
 #: Other processes using at least this fraction of the cores while a problem is timed make its numbers suspect:
 #: on 2 cores they stall a spinning thread of a parallel region by whole scheduler time slices (measured here:
-#: a 1M-element torch Relu took 8 ms instead of 0.05 ms while other tests ran).
+#: a framework's 1M-element Relu took 8 ms instead of 0.05 ms while other tests ran).
 BUSY_FRACTION = 0.1
 
 
@@ -88,60 +89,60 @@ def check_passes(passes: BoundPasses, output: np.ndarray, input_grads: list[np.n
 
 # -- the machine's bounds -------------------------------------------------------------------------------------
 
-def measure_sgemm_peak(sizes: Sequence[int], *, warmup: int, repeats: int, use_torch: bool) -> dict:
-    """The best GFLOP/s of square float32 GEMMs (``sizes``) over numpy's BLAS and (``use_torch``) torch's: the
-    upper bound every GEMM/conv row is a fraction of. Each candidate's median and 95% CI are kept.
+def _runtimes(frameworks: Sequence[str] | None) -> dict:
+    """Framework name -> its ``runtime.py``, for ``frameworks`` (None: every available one)."""
+    import d5.frameworks
 
-    >>> measure_sgemm_peak((64,), warmup=0, repeats=2, use_torch=False)["library"]
+    names = d5.frameworks.available() if frameworks is None else frameworks
+    return {name: d5.frameworks.runtime(name) for name in names}
+
+
+def measure_sgemm_peak(sizes: Sequence[int], *, warmup: int, repeats: int,
+                       frameworks: Sequence[str] | None = None) -> dict:
+    """The best GFLOP/s of square float32 GEMMs (``sizes``) over every framework's (``frameworks``, None: every
+    available one) ``runtime.matmul_runner``: the upper bound every GEMM/conv row is a fraction of. Each
+    candidate's median and 95% CI are kept.
+
+    >>> measure_sgemm_peak((64,), warmup=0, repeats=2, frameworks=("reference",))["library"]
     'numpy.matmul'
     """
     from .timing import measure
 
+    runtimes = _runtimes(frameworks)
     rng = np.random.default_rng(SEED)
     candidates = []
     for size in sizes:
         a, b = (rng.standard_normal((size, size), dtype=np.float32) for _ in range(2))
         out = np.empty((size, size), np.float32)
-        runners = {"numpy.matmul": lambda: np.matmul(a, b, out=out)}
-        if use_torch:
-            import torch
-
-            ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out)
-            runners["torch.matmul"] = lambda: torch.matmul(ta, tb, out=tout)
-        for library, run in runners.items():
-            summary = measure(run, warmup=warmup, repeats=repeats)
+        for framework, runtime in runtimes.items():
+            summary = measure(runtime.matmul_runner(a, b, out), warmup=warmup, repeats=repeats)
             flops = 2 * size ** 3
-            candidates.append({"library": library, "size": size, "seconds": summary,
-                               "gflops": gflops(flops, summary.median),
+            candidates.append({"library": runtime.KERNEL_NAMES["matmul"], "framework": framework, "size": size,
+                               "seconds": summary, "gflops": gflops(flops, summary.median),
                                "gflops_ci": [gflops(flops, summary.ci_high), gflops(flops, summary.ci_low)]})
     best = max(candidates, key=lambda c: c["gflops"])
     return {"gflops": best["gflops"], "gflops_ci": best["gflops_ci"], "library": best["library"],
             "size": best["size"], "candidates": candidates}
 
 
-def measure_memory_bandwidth(nbytes: int, *, warmup: int, repeats: int, use_torch: bool) -> dict:
-    """Copy bandwidth (GB/s, read + write counted) of a large float32 array: NumPy's copy (one thread) and
-    torch's ``copy_`` (all its threads) when ``use_torch``; the best is the roofline's slope.
+def measure_memory_bandwidth(nbytes: int, *, warmup: int, repeats: int,
+                             frameworks: Sequence[str] | None = None) -> dict:
+    """Copy bandwidth (GB/s, read + write counted) of a large float32 array by every framework's
+    (``frameworks``, None: every available one) ``runtime.copy_runner``; the best is the roofline's slope.
 
-    >>> measure_memory_bandwidth(1 << 20, warmup=0, repeats=2, use_torch=False)["gbytes_per_s"] > 0
+    >>> measure_memory_bandwidth(1 << 20, warmup=0, repeats=2, frameworks=("reference",))["gbytes_per_s"] > 0
     True
     """
     from .timing import measure
 
     source = np.ones(max(nbytes // 4, 1), np.float32)
     target = np.empty_like(source)
-    runners = {"numpy.copyto": lambda: np.copyto(target, source)}
-    if use_torch:
-        import torch
-
-        ts, tt = torch.from_numpy(source), torch.from_numpy(target)
-        runners["torch.Tensor.copy_"] = lambda: tt.copy_(ts)
     candidates = []
-    for library, run in runners.items():
-        summary = measure(run, warmup=warmup, repeats=repeats)
+    for framework, runtime in _runtimes(frameworks).items():
+        summary = measure(runtime.copy_runner(source, target), warmup=warmup, repeats=repeats)
         moved = 2 * source.nbytes
-        candidates.append({"library": library, "bytes": source.nbytes, "seconds": summary,
-                           "gbytes_per_s": moved / summary.median / 1e9})
+        candidates.append({"library": runtime.KERNEL_NAMES["copy"], "framework": framework, "bytes": source.nbytes,
+                           "seconds": summary, "gbytes_per_s": moved / summary.median / 1e9})
     best = max(candidates, key=lambda c: c["gbytes_per_s"])
     return {"gbytes_per_s": best["gbytes_per_s"], "library": best["library"], "candidates": candidates}
 
@@ -151,7 +152,8 @@ def measure_memory_bandwidth(nbytes: int, *, warmup: int, repeats: int, use_torc
 @dataclasses.dataclass(frozen=True)
 class OpsSettings:
     """What one run measures. ``None`` picks the default: the mode's (full or ``quick``) repeats and warm-up,
-    every core, every installed framework of :data:`BENCH_FRAMEWORKS`.
+    every core, every available framework (``d5.frameworks.available()``). ``peer``: the framework whose native
+    element-wise kernels the other implementations are compared with (when it is among ``frameworks``).
 
     >>> OpsSettings(quick=True, frameworks=("reference",)).resolved().repeats
     3
@@ -162,6 +164,7 @@ class OpsSettings:
     repeats: int | None = None
     warmup: int | None = None
     threads: int | None = None
+    peer: str = PEER
 
     def resolved(self) -> "OpsSettings":
         for name in ("repeats", "threads"):
@@ -170,13 +173,15 @@ class OpsSettings:
                 raise D5Error(f"d5 bench ops: {name} must be a positive integer, got {value!r}")
         import d5.frameworks
 
-        frameworks = self.frameworks
-        if frameworks is None:
-            frameworks = tuple(f for f in BENCH_FRAMEWORKS if f in d5.frameworks.available())
-        unknown = [f for f in frameworks if f not in BENCH_FRAMEWORKS]
+        available = d5.frameworks.available()
+        frameworks = tuple(available) if self.frameworks is None else self.frameworks
+        unknown = [f for f in frameworks if f not in d5.frameworks.FRAMEWORKS]
         if unknown or not frameworks:
             raise D5Error(f"d5 bench ops: unknown or no frameworks {unknown or list(frameworks)}; choose from "
-                          f"{list(BENCH_FRAMEWORKS)} (comma-separated, e.g. --frameworks reference,pytorch)")
+                          f"{available} (the available ones; comma-separated, e.g. --frameworks "
+                          f"{','.join(available)})")
+        if self.peer not in d5.frameworks.FRAMEWORKS:
+            raise D5Error(f"d5 bench ops: unknown peer framework {self.peer!r}; choose from {available}")
         for name in frameworks:
             d5.frameworks.get(name)  # FrameworkNotInstalledError naming the extra to install
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -198,10 +203,6 @@ class OpsOutcome:
     rows: list[dict]
     summary_lines: list[str]
     failed: int
-
-
-def _torch_importable() -> bool:
-    return importlib.util.find_spec("torch") is not None
 
 
 class OtherProcessesCPU:
@@ -238,24 +239,14 @@ class OtherProcessesCPU:
         return busy - (own.user + own.system + own.children_user + own.children_system)
 
 
-def _pin_threads(threads: int) -> Callable[[], None]:
-    """Give the reference kernels, every BLAS pool and torch ``threads`` threads; returns the undo."""
-    from d5.frameworks.reference.kernels import set_num_threads
-
-    previous_reference = set_num_threads(threads)
-    previous_torch = None
-    if _torch_importable():
-        import torch
-
-        previous_torch = torch.get_num_threads()
-        torch.set_num_threads(threads)
+def _pin_threads(threads: int, runtimes: dict) -> Callable[[], None]:
+    """Give every framework of ``runtimes`` (name -> ``runtime.py``) ``threads`` threads (the reference's
+    budget covers every BLAS pool too); returns the undo, which restores them in reverse order."""
+    previous = [(runtime, runtime.set_num_threads(threads)) for runtime in runtimes.values()]
 
     def restore() -> None:
-        set_num_threads(previous_reference)
-        if previous_torch is not None:
-            import torch
-
-            torch.set_num_threads(previous_torch)
+        for runtime, count in reversed(previous):
+            runtime.set_num_threads(count)
     return restore
 
 
@@ -273,6 +264,8 @@ def _time_row(problem: Problem, implementation: Implementation | Skipped, expect
     try:
         passes = implementation.bind(inputs, output_grad)
         error = check_passes(passes, output, input_grads)
+    except UnsupportedOperatorError as err:  # a framework without this operator: nothing wrong was computed
+        return [dict(r, status="skipped", reason=f"{type(err).__name__}: {err}") for r in rows]
     except Exception as err:  # one broken implementation must not lose the others' measurements
         return [dict(r, status="failed", reason=f"{type(err).__name__}: {err}") for r in rows]
     if not error <= CHECK_TOLERANCE:
@@ -318,14 +311,14 @@ def run_ops_benchmark(output_dir: str | os.PathLike = "results", settings: OpsSe
     problems = list(problems) if problems is not None else (quick_subset() if settings.quick else deepbench_subset())
     stem = "ops-quick" if settings.quick else "ops"
     json_path = check_writable(Path(output_dir) / f"{stem}.json", "d5 bench ops --output")
-    use_torch = _torch_importable()
-    restore = _pin_threads(settings.threads)
+    runtimes = _runtimes(None)  # the bounds are the machine's: every available framework's GEMM and copy
+    restore = _pin_threads(settings.threads, runtimes)
     try:
         with OtherProcessesCPU() as others:
             peak = measure_sgemm_peak((256,) if settings.quick else (2048, 4096), warmup=settings.warmup,
-                                      repeats=min(settings.repeats, 10), use_torch=use_torch)
-            bandwidth = measure_memory_bandwidth((8 << 20) if settings.quick else (256 << 20),
-                                                 warmup=settings.warmup, repeats=settings.repeats, use_torch=use_torch)
+                                      repeats=min(settings.repeats, 10), frameworks=list(runtimes))
+            bandwidth = measure_memory_bandwidth((8 << 20) if settings.quick else (256 << 20), warmup=settings.warmup,
+                                                 repeats=settings.repeats, frameworks=list(runtimes))
         peak["other_processes_cpu"] = bandwidth["other_processes_cpu"] = others.fraction
         threads_used = thread_pools()
         catalog = catalog if catalog is not None else ImplementationCatalog(settings.frameworks)
@@ -344,8 +337,8 @@ def run_ops_benchmark(output_dir: str | os.PathLike = "results", settings: OpsSe
     finally:
         restore()
     figures = {"sgemm_peak": peak, "memory_bandwidth": bandwidth, "threads": settings.threads,
-               "thread_pools": threads_used, "rows": rows}
-    lines = _summary_lines(figures)
+               "threaded_frameworks": list(runtimes), "thread_pools": threads_used, "rows": rows}
+    lines = _summary_lines(figures, settings.peer)
     figures["summary"] = lines
     paths = _write_outputs(json_path, figures, problems, settings)
     for line in lines:
@@ -355,26 +348,40 @@ def run_ops_benchmark(output_dir: str | os.PathLike = "results", settings: OpsSe
 
 # -- summary, table, plot -------------------------------------------------------------------------------------
 
-def reference_peak_fractions(rows: Sequence[dict]) -> list[dict]:
-    """The issue's figure, per reference GEMM/conv row: its fraction of the SGEMM peak and whether >= 0.5.
+def reference_peak_fractions(rows: Sequence[dict], framework: str = ORACLE) -> list[dict]:
+    """The issue's figure, per GEMM/conv row of ``framework`` (the reference's kernels): its fraction of the
+    SGEMM peak and whether >= 0.5.
 
     >>> reference_peak_fractions([{"framework": "reference", "kind": "gemm", "status": "ok", "problem": "g",
     ...                            "pass": "forward", "fraction_of_peak": 0.8, "meets_half_peak": True}])
     [{'problem': 'g', 'pass': 'forward', 'fraction_of_peak': 0.8, 'meets_half_peak': True}]
     """
     return [{key: row[key] for key in ("problem", "pass", "fraction_of_peak", "meets_half_peak")}
-            for row in rows if row["framework"] == "reference" and row["kind"] in ("gemm", "conv")
+            for row in rows if row["framework"] == framework and row["kind"] in ("gemm", "conv")
             and row["status"] == "ok"]
 
 
-def ratios_to_torch_native(rows: Sequence[dict]) -> list[dict]:
-    """Per element-wise problem and implementation: forward+backward median time over PyTorch's native one's.
+def peer_figure_name(peer: str = PEER) -> str:
+    """The figures' key of :func:`ratios_to_native`: named after the peer's Python package (the framework's
+    name where it needs none).
+
+    >>> peer_figure_name("reference")
+    'elementwise_vs_reference_native'
+    """
+    import d5.frameworks
+
+    return f"elementwise_vs_{d5.frameworks.FRAMEWORKS.get(peer) or peer}_native"
+
+
+def ratios_to_native(rows: Sequence[dict], peer: str = PEER) -> list[dict]:
+    """Per element-wise problem and implementation: forward+backward median time over the ``peer`` framework's
+    native one's.
 
     >>> rows = [{"problem": "p", "kind": "elementwise", "framework": fw, "implementation": name, "pass": p,
     ...          "status": "ok", "seconds": type("S", (), {"median": t})()}
-    ...         for fw, name, t in [("pytorch", "native", 1.0), ("pytorch", "custom", 1.5)] for p in PASSES]
-    >>> ratios_to_torch_native(rows)
-    [{'problem': 'p', 'framework': 'pytorch', 'implementation': 'custom', 'ratio': 1.5}]
+    ...         for fw, name, t in [("fw", "native", 1.0), ("fw", "custom", 1.5)] for p in PASSES]
+    >>> ratios_to_native(rows, peer="fw")
+    [{'problem': 'p', 'framework': 'fw', 'implementation': 'custom', 'ratio': 1.5}]
     """
     totals: dict[tuple[str, str, str], float] = {}
     for row in rows:
@@ -383,20 +390,22 @@ def ratios_to_torch_native(rows: Sequence[dict]) -> list[dict]:
             totals[key] = totals.get(key, 0.0) + row["seconds"].median
     ratios = []
     for (problem, framework, name), total in totals.items():
-        native = totals.get((problem, "pytorch", "native"))
-        if native and (framework, name) != ("pytorch", "native"):
+        native = totals.get((problem, peer, "native"))
+        if native and (framework, name) != (peer, "native"):
             ratios.append({"problem": problem, "framework": framework, "implementation": name,
                            "ratio": total / native})
     return ratios
 
 
-def _summary_lines(figures: dict) -> list[str]:
+def _summary_lines(figures: dict, peer: str = PEER) -> list[str]:
     """The lines printed at the end of a run (and kept in the JSON and the Markdown); also adds
-    ``reference_fraction_of_peak`` and ``elementwise_vs_torch_native`` to ``figures``."""
+    ``reference_fraction_of_peak`` and the ratios to the peer's native kernels (:func:`peer_figure_name`) to
+    ``figures``."""
     peak, bandwidth = figures["sgemm_peak"], figures["memory_bandwidth"]
     lines = [f"SGEMM peak {peak['gflops']:.1f} GFLOP/s [{peak['gflops_ci'][0]:.1f}, {peak['gflops_ci'][1]:.1f}] "
              f"({peak['library']}, {peak['size']}^3 float32); memory bandwidth {bandwidth['gbytes_per_s']:.1f} GB/s "
-             f"({bandwidth['library']}); {figures['threads']} threads for the reference, PyTorch and BLAS"]
+             f"({bandwidth['library']}); {figures['threads']} threads for every framework "
+             f"({', '.join(figures['threaded_frameworks'])}) and BLAS pool"]
     busy = {row["problem"]: row["other_processes_cpu"] for row in figures["rows"]
             if (row.get("other_processes_cpu") or 0.0) >= BUSY_FRACTION}
     if (peak.get("other_processes_cpu") or 0.0) >= BUSY_FRACTION:
@@ -415,10 +424,10 @@ def _summary_lines(figures: dict) -> list[str]:
         lines.append(f"reference GEMM/conv kernels reach >= {PEAK_FRACTION_TARGET:.0%} of the SGEMM peak in "
                      f"{len(fractions) - len(below)}/{len(fractions)} rows" + (f"; below: {', '.join(below)}"
                                                                                if below else ""))
-    ratios = figures["elementwise_vs_torch_native"] = ratios_to_torch_native(figures["rows"])
+    ratios = figures[peer_figure_name(peer)] = ratios_to_native(figures["rows"], peer)
     for item in ratios:
         lines.append(f"{item['problem']} forward+backward, {item['implementation']} on {item['framework']}: "
-                     f"{item['ratio']:.2f}x PyTorch's native")
+                     f"{item['ratio']:.2f}x {peer}'s native")
     for row in figures["rows"]:
         if row["status"] != "ok" and row["pass"] == "forward":
             lines.append(f"{row['status']}: {row['problem']} {row['framework']} {row['implementation']}: "
@@ -548,7 +557,7 @@ def add_arguments(parser: argparse.ArgumentParser, default_output: str = "result
     parser.add_argument("--output", default=default_output, metavar="DIR",
                         help=f"directory for ops.json, ops.md, ops.png (default {default_output})")
     parser.add_argument("--frameworks", default=None, metavar="LIST",
-                        help=f"comma-separated, from {','.join(BENCH_FRAMEWORKS)} (default: every installed one)")
+                        help="comma-separated, from d5's available frameworks (default: every one; see `d5 info`)")
     parser.add_argument("--repeats", type=int, default=None, metavar="N", help="timed samples per pass "
                         "(default 15; 3 with --quick)")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
@@ -559,10 +568,10 @@ def run_from_arguments(args: argparse.Namespace) -> int:
     """Run the benchmark as parsed by :func:`add_arguments`; 0, or 1 when an implementation failed its check.
 
     >>> parser = argparse.ArgumentParser(); add_arguments(parser)
-    >>> run_from_arguments(parser.parse_args(["--frameworks", "mxnet"]))  # doctest: +ELLIPSIS
+    >>> run_from_arguments(parser.parse_args(["--frameworks", "caffe"]))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    d5.errors.D5Error: d5 bench ops: unknown or no frameworks ['mxnet']; choose from ['reference', 'pytorch'] ...
+    d5.errors.D5Error: d5 bench ops: unknown or no frameworks ['caffe']; choose from ['reference', ...
     """
     frameworks = None if args.frameworks is None else tuple(
         name.strip() for name in args.frameworks.split(",") if name.strip())
@@ -573,7 +582,7 @@ def run_from_arguments(args: argparse.Namespace) -> int:
     return 1 if outcome.failed else 0
 
 
-__all__ = ["BENCH_FRAMEWORKS", "BUSY_FRACTION", "CHECK_TOLERANCE", "PEAK_FRACTION_TARGET", "OpsOutcome",
-           "OpsSettings", "OtherProcessesCPU", "add_arguments", "check_passes", "gflops", "measure_memory_bandwidth",
-           "measure_sgemm_peak", "plot_roofline", "ratios_to_torch_native", "reference_peak_fractions",
+__all__ = ["BUSY_FRACTION", "CHECK_TOLERANCE", "PEAK_FRACTION_TARGET", "PEER", "OpsOutcome", "OpsSettings",
+           "OtherProcessesCPU", "add_arguments", "check_passes", "gflops", "measure_memory_bandwidth",
+           "measure_sgemm_peak", "peer_figure_name", "plot_roofline", "ratios_to_native", "reference_peak_fractions",
            "relative_error", "run_from_arguments", "run_ops_benchmark"]

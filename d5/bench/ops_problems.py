@@ -1,7 +1,8 @@
 """What the operator benchmark (``d5 bench ops``, :mod:`d5.bench.ops`) measures: DeepBench-style GEMM, convolution
-and element-wise problems, each with its inputs, its FLOP and byte counts, the reference operator and PyTorch's
-native equivalent; the implementations of each problem on each framework (native kernels and the seeds' custom
-operators), bound to the inputs; and the oracle every implementation is checked against.
+and element-wise problems, each with its inputs, its FLOP and byte counts and the ONNX operator that computes it
+(:class:`NativeSpec`); the implementations of each problem on each framework (the framework's own kernel for that
+operator and the seeds' custom operators, bound to the inputs by the framework's ``runtime.py``); and the oracle
+every implementation is checked against (the :data:`ORACLE` framework's operator).
 
 Sizes come from Baidu's DeepBench training sets (https://github.com/baidu-research/DeepBench,
 ``code/kernels/gemm_problems.h`` and ``conv_problems.h``), a subset chosen to run in minutes on 2 cores; each
@@ -39,7 +40,24 @@ from d5.errors import D5Error
 
 #: The two passes every problem is timed in.
 PASSES = ("forward", "backward")
+#: The framework whose operators are the oracle every implementation is checked against.
+ORACLE = "reference"
 _FLOAT32_BYTES = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class NativeSpec:
+    """The ONNX operator that computes a problem: ``op_type`` with ``attributes``, called on the problem's inputs
+    followed by ``constants`` (inputs that take no gradient). Each framework's own kernel for it is the
+    problem's ``native`` row (``runtime.bind_native``).
+
+    >>> GemmProblem("g", 2, 2, 2, trans_a=True).native()
+    NativeSpec(op_type='Gemm', attributes={'transA': 1, 'transB': 0}, constants=())
+    """
+
+    op_type: str
+    attributes: dict[str, Any] = dataclasses.field(default_factory=dict)
+    constants: tuple[Any, ...] = ()
 
 
 def _check_pass(pass_name: str) -> str:
@@ -84,18 +102,9 @@ class GemmProblem:
         elements = a + b + y if _check_pass(pass_name) == "forward" else 2 * (a + b) + y
         return _FLOAT32_BYTES * elements
 
-    def reference_op(self):
-        """The reference framework's Gemm with this problem's transposes."""
-        from d5.frameworks.reference import native_op
-
-        return native_op("Gemm", transA=int(self.trans_a), transB=int(self.trans_b))
-
-    def torch_function(self) -> Callable[..., Any]:
-        """PyTorch's native equivalent, ``torch.matmul`` on (transposed views of) the tensors."""
-        import torch
-
-        trans_a, trans_b = self.trans_a, self.trans_b
-        return lambda a, b: torch.matmul(a.t() if trans_a else a, b.t() if trans_b else b)
+    def native(self) -> NativeSpec:
+        """ONNX Gemm with this problem's transposes."""
+        return NativeSpec("Gemm", {"transA": int(self.trans_a), "transB": int(self.trans_b)})
 
     def describe(self) -> str:
         return (f"M={self.m} N={self.n} K={self.k} "
@@ -151,19 +160,10 @@ class ConvProblem:
         elements = x + w + y if _check_pass(pass_name) == "forward" else 2 * (x + w) + y
         return _FLOAT32_BYTES * elements
 
-    def reference_op(self):
-        """The reference framework's Conv (im2col + GEMM in d5._C) with this problem's padding and strides."""
-        from d5.frameworks.reference import native_op
-
-        return native_op("Conv", pads=[self.pad_h, self.pad_w, self.pad_h, self.pad_w],
-                         strides=[self.stride_h, self.stride_w], kernel_shape=[self.r, self.s])
-
-    def torch_function(self) -> Callable[..., Any]:
-        """PyTorch's native equivalent, ``torch.nn.functional.conv2d``."""
-        import torch.nn.functional as F
-
-        padding, stride = (self.pad_h, self.pad_w), (self.stride_h, self.stride_w)
-        return lambda x, w: F.conv2d(x, w, padding=padding, stride=stride)
+    def native(self) -> NativeSpec:
+        """ONNX Conv with this problem's padding and strides."""
+        return NativeSpec("Conv", {"pads": [self.pad_h, self.pad_w, self.pad_h, self.pad_w],
+                                   "strides": [self.stride_h, self.stride_w], "kernel_shape": [self.r, self.s]})
 
     def describe(self) -> str:
         return (f"W={self.w} H={self.h} C={self.c} N={self.n} K={self.k} {self.r}x{self.s} "
@@ -206,20 +206,9 @@ class ElementwiseProblem:
         """Forward reads X and writes Y; backward reads dY and X and writes dX."""
         return _FLOAT32_BYTES * self.size * (2 if _check_pass(pass_name) == "forward" else 3)
 
-    def reference_op(self):
-        """Relu: the reference framework's Relu. ``x ** 3`` has no reference operator of its own (ONNX's Pow
-        would also differentiate the exponent): its reference rows are the seeds' custom operators."""
-        if self.operation != "relu":
-            return None
-        from d5.frameworks.reference import native_op
-
-        return native_op("Relu")
-
-    def torch_function(self) -> Callable[..., Any]:
-        """PyTorch's native equivalent: ``x ** 3`` or ``torch.relu``."""
-        import torch
-
-        return (lambda x: x ** 3) if self.operation == "ipow3" else torch.relu
+    def native(self) -> NativeSpec:
+        """ONNX Relu, or ``x ** 3`` as ONNX Pow with the constant integer exponent 3 (no exponent gradient)."""
+        return NativeSpec("Relu") if self.operation == "relu" else NativeSpec("Pow", constants=(np.int64(3),))
 
     def describe(self) -> str:
         return f"{'x**3' if self.operation == 'ipow3' else 'Relu'} on {self.size:,} elements"
@@ -314,9 +303,10 @@ class Implementation:
 Binder = Callable[[list[np.ndarray], np.ndarray], BoundPasses]
 
 
-def bind_custom_op(op) -> Binder:
-    """Binder for a d5 CustomOp run as it is (the reference framework): ``op.forward([inputs])`` and
-    ``op.backward([dY], inputs, [Y])``.
+def bind_custom_op(op, constants: Sequence[Any] = ()) -> Binder:
+    """Binder for a d5 CustomOp run as it is, on NumPy arrays: ``op.forward([inputs..., constants...])`` and
+    ``op.backward([dY], [inputs..., constants...], [Y])``, of whose gradients those of the inputs are kept. Each
+    framework binds its own operators in its ``runtime.py`` (``bind_native``, ``bind_custom_op``).
 
     >>> from d5.frameworks.reference import native_op
     >>> passes = bind_custom_op(native_op("Relu"))([np.array([-1.0, 2.0])], np.ones(2))
@@ -326,39 +316,16 @@ def bind_custom_op(op) -> Binder:
     from d5.ops.operator import as_tuple
 
     def bind(inputs: list[np.ndarray], output_grad: np.ndarray) -> BoundPasses:
-        output = np.asarray(op.forward(list(inputs)))
+        arguments = [*inputs, *(np.asarray(c) for c in constants)]
+        output = np.asarray(op.forward(arguments))
         grads = [output_grad]
         outputs = [output]
 
         def backward():
-            return op.backward(grads, inputs, outputs)
+            return op.backward(grads, arguments, outputs)
 
-        return BoundPasses(lambda: op.forward(inputs), backward, output,
-                           [np.asarray(g) for g in as_tuple(backward())])
-    return bind
-
-
-def bind_torch(make_function: Callable[[], Callable[..., Any]]) -> Binder:
-    """Binder for a torch function of tensors timed in torch itself: forward with autograd recording (as in
-    training), backward as ``torch.autograd.grad`` of the recorded graph (kept with ``retain_graph``).
-
-    >>> bind = bind_torch(lambda: (lambda x: x * 2))  # torch is imported only when bound to inputs
-    >>> callable(bind)
-    True
-    """
-    def bind(inputs: list[np.ndarray], output_grad: np.ndarray) -> BoundPasses:
-        import torch
-
-        function = make_function()
-        tensors = [torch.from_numpy(np.array(x, copy=True)).requires_grad_(True) for x in inputs]
-        output = function(*tensors)
-        grad = torch.from_numpy(np.array(output_grad, copy=True))
-
-        def backward():
-            return torch.autograd.grad(output, tensors, grad, retain_graph=True)
-
-        return BoundPasses(lambda: function(*tensors), backward, output.detach().numpy().copy(),
-                           [g.numpy().copy() for g in backward()])
+        return BoundPasses(lambda: op.forward(arguments), backward, output,
+                           [np.asarray(g) for g in as_tuple(backward())[:len(inputs)]])
     return bind
 
 
@@ -409,7 +376,7 @@ def load_ipowop_cpp():
 class Skipped:
     """An implementation that was not run, and why.
 
-    >>> Skipped("pytorch", "ipowop (C++)", "no C++ compiler").reason
+    >>> Skipped("reference", "ipowop (C++)", "no C++ compiler").reason
     'no C++ compiler'
     """
 
@@ -419,8 +386,12 @@ class Skipped:
 
 
 class ImplementationCatalog:
-    """Which implementations each problem has on the chosen frameworks. The C++ ``ipowop`` is compiled on
-    first need (once per run). Subclass it (override :meth:`for_problem`) to benchmark your own.
+    """Which implementations each problem has on the chosen frameworks, each bound by the framework's
+    ``runtime.py``: on every framework, its own kernel for the problem's ONNX operator (``native``), and for
+    ``x ** 3`` the seeds' Python ``IPowOp`` and C++ ``ipowop`` through its ``custom_op`` (skipped, with the
+    reason, where the framework runs no custom operators of that kind or the C++ one cannot be compiled). The
+    C++ ``ipowop`` is compiled on first need (once per run). Subclass it (override :meth:`for_problem`) to
+    benchmark your own.
 
     >>> [i.name for i in ImplementationCatalog(("reference",)).for_problem(GemmProblem("g", 2, 2, 2))]
     ['native']
@@ -436,37 +407,52 @@ class ImplementationCatalog:
         return self._cpp
 
     def for_problem(self, problem: Problem) -> list[Implementation | Skipped]:
-        found: list[Implementation | Skipped] = []
-        ipow = problem.kind == "elementwise" and problem.operation == "ipow3"
-        if "reference" in self.frameworks:
-            if not ipow:
-                found.append(Implementation("reference", "native", bind_custom_op(problem.reference_op())))
-            else:
-                found.append(Implementation("reference", "IPowOp (Python)", bind_custom_op(load_ipowop_python()(3))))
-                found.append(self._cpp_implementation("reference", lambda op: op))
-        if "pytorch" in self.frameworks:
-            found.append(Implementation("pytorch", "native", bind_torch(problem.torch_function)))
-            if ipow:
-                from d5.frameworks.pytorch import custom_op
+        import d5.frameworks
 
-                python_op = load_ipowop_python()(3)
-                found.append(Implementation("pytorch", "IPowOp (Python)", bind_torch(lambda: custom_op(python_op))))
-                found.append(self._cpp_implementation("pytorch", custom_op))
+        found: list[Implementation | Skipped] = []
+        native = problem.native()
+        ipow = problem.kind == "elementwise" and problem.operation == "ipow3"
+        for framework in self.frameworks:
+            runtime = d5.frameworks.runtime(framework)
+            found.append(Implementation(framework, "native",
+                                        runtime.bind_native(native.op_type, native.attributes, native.constants)))
+            if ipow:
+                found.append(self._custom_implementation(framework, runtime, "python", "IPowOp (Python)",
+                                                         lambda: (load_ipowop_python()(3), None)))
+                found.append(self._custom_implementation(framework, runtime, "cpp", "ipowop (C++)", self._cpp_op))
         return found
 
-    def _cpp_implementation(self, framework: str, wrap: Callable[[Any], Any]) -> Implementation | Skipped:
-        op, reason = self._cpp_op()
-        name = "ipowop (C++)"
+    @staticmethod
+    def _custom_implementation(framework: str, runtime, kind: str, name: str,
+                               load: Callable[[], tuple[Any, str | None]]) -> Implementation | Skipped:
+        import d5.frameworks
+
+        capabilities = getattr(d5.frameworks.get(framework), "CAPABILITIES", None)
+        if capabilities is not None and kind not in capabilities.custom_ops:
+            return Skipped(framework, name, f"{framework} runs no {kind} custom operators")
+        op, reason = load()
         if op is None:
             return Skipped(framework, name, reason)
-        if framework == "reference":
-            return Implementation(framework, name, bind_custom_op(wrap(op)))
-        return Implementation(framework, name, bind_torch(lambda: wrap(op)))
+        return Implementation(framework, name, runtime.bind_custom_op(op))
+
+
+def oracle_op(problem: Problem):
+    """The :data:`ORACLE` framework's operator for ``problem`` (:meth:`native`), with its constants: ``(op,
+    constants)``.
+
+    >>> op, constants = oracle_op(ElementwiseProblem("e", "relu", 2))
+    >>> op.forward([np.array([-1.0, 2.0]), *constants]).tolist()
+    [0.0, 2.0]
+    """
+    import d5.frameworks
+
+    spec = problem.native()
+    return d5.frameworks.get(ORACLE).native_op(spec.op_type, **spec.attributes), spec.constants
 
 
 def expected_results(problem: Problem, inputs: list[np.ndarray], rng: np.random.Generator):
-    """The reference's output, an output gradient (standard normal) and the reference's input gradients.
-    ``x ** 3`` has no reference operator: its oracle is NumPy's ``x ** 3`` and ``3 x**2 dY``.
+    """The :data:`ORACLE` framework's output, an output gradient (standard normal) and its input gradients.
+    ``x ** 3`` is checked against NumPy's ``x ** 3`` and ``3 x**2 dY`` instead, written from the definition.
 
     >>> rng = np.random.default_rng(0)
     >>> problem = GemmProblem("g", m=2, n=3, k=4)
@@ -479,14 +465,16 @@ def expected_results(problem: Problem, inputs: list[np.ndarray], rng: np.random.
         output = x ** 3
         output_grad = rng.standard_normal(output.shape, dtype=np.float32)
         return output, output_grad, [np.float32(3) * x * x * output_grad]
-    op = problem.reference_op()
-    output = np.asarray(op.forward(list(inputs)))
+    op, constants = oracle_op(problem)
+    arguments = [*inputs, *(np.asarray(c) for c in constants)]
+    output = np.asarray(op.forward(arguments))
     output_grad = rng.standard_normal(output.shape, dtype=np.float32)
     from d5.ops.operator import as_tuple
 
-    return output, output_grad, [np.asarray(g) for g in as_tuple(op.backward([output_grad], inputs, [output]))]
+    grads = as_tuple(op.backward([output_grad], arguments, [output]))[:len(inputs)]
+    return output, output_grad, [np.asarray(g) for g in grads]
 
 
-__all__ = ["PASSES", "BoundPasses", "ConvProblem", "ElementwiseProblem", "GemmProblem", "Implementation",
-           "ImplementationCatalog", "Problem", "Skipped", "bind_custom_op", "bind_torch", "deepbench_subset",
-           "expected_results", "load_ipowop_cpp", "load_ipowop_python", "quick_subset"]
+__all__ = ["ORACLE", "PASSES", "BoundPasses", "ConvProblem", "ElementwiseProblem", "GemmProblem", "Implementation",
+           "ImplementationCatalog", "NativeSpec", "Problem", "Skipped", "bind_custom_op", "deepbench_subset",
+           "expected_results", "load_ipowop_cpp", "load_ipowop_python", "oracle_op", "quick_subset"]

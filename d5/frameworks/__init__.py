@@ -1,9 +1,16 @@
 """Framework back-ends. Each package keeps the contract of :mod:`d5.frameworks.base` (the same module names,
 public names and executor duties) and is imported only when asked for, so `import d5` imports no framework.
 
+This module is the registry: :data:`FRAMEWORKS` is the one line a new framework adds here. Code outside the
+framework packages asks the registry for what it needs of a framework -- :func:`get` for the package,
+:func:`runtime` for its ``runtime.py`` (GPU count, thread pool, the operator benchmark's kernels, dtype names)
+-- and so names no framework itself.
+
 >>> import d5.frameworks
 >>> d5.frameworks.available()[0]
 'reference'
+>>> d5.frameworks.runtime("reference").gpu_count()
+0
 """
 from __future__ import annotations
 
@@ -55,6 +62,21 @@ def get(name: str):
             f"framework {name!r} is not available here; install it with `{install_hint(name)}`"
             if FRAMEWORKS[name] else f"framework {name!r} is not implemented yet")
     return importlib.import_module(f"d5.frameworks.{name}")
+
+
+def runtime(name: str):
+    """Import and return ``d5.frameworks.<name>.runtime``, the same functions in every framework (see
+    ``d5/frameworks/reference/runtime.py``): FrameworkNotInstalledError, naming what to install, when framework
+    ``name`` is unknown or not available here."""
+    package = get(name)
+    try:
+        return importlib.import_module(f"{package.__name__}.runtime")
+    except ModuleNotFoundError as err:
+        if err.name != f"{package.__name__}.runtime":
+            raise
+        raise FrameworkNotInstalledError(
+            f"the d5 {name} framework has no runtime.py; every framework package must provide one with the "
+            f"reference's functions (d5/frameworks/reference/runtime.py)") from None
 
 
 def __getattr__(name: str):

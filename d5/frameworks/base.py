@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import inspect
+import os
 import pathlib
 import types
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -29,8 +31,11 @@ from d5.network.executor import GraphExecutor, LiveNetwork
 from d5.network.graph import Network
 
 #: Module files every framework package has, under these names (``diff -r`` between two framework packages
-#: then shows only what truly differs). ``operators/`` maps ONNX operators to the framework's own.
-REQUIRED_MODULES = ("__init__.py", "executor.py", "custom_op.py", "optimizers.py", "operators/__init__.py")
+#: then shows only what truly differs). ``operators/`` maps ONNX operators to the framework's own; ``tensors.py``
+#: converts values between NumPy and the framework; ``runtime.py`` is what framework-neutral code (devices, the
+#: operator benchmarks) asks of the framework, through ``d5.frameworks.runtime(name)``.
+REQUIRED_MODULES = ("__init__.py", "executor.py", "custom_op.py", "optimizers.py", "tensors.py", "runtime.py",
+                    "operators/__init__.py")
 
 #: The file names (without ``.py``) of ``operators/``: one per ONNX operator category. Support code there is
 #: private (a leading underscore).
@@ -48,25 +53,57 @@ REQUIRED_NAMES = ("NAME", "CAPABILITIES", "from_model", "from_onnx", "from_nativ
                   "native_op") + OPTIMIZER_NAMES
 
 
+#: The values of every framework's ``fallback=``: how far d5 goes for a node the framework has no native
+#: operator for. ``"none"``: nowhere (UnsupportedOperatorError when the executor is built); ``"reference"`` (the
+#: default): d5's reference operator, through the framework's custom-op bridge (trainable; on the reference
+#: framework itself there is nothing further to go); ``"onnx"``: as ``"reference"``, and operators d5 does not
+#: implement at all run on onnx.reference (inference only). Booleans are accepted: ``True`` is ``"onnx"`` and
+#: ``False`` ``"none"``. Every fallback is announced by one :class:`FallbackWarning` naming the operators.
+#: Every framework's ``from_model`` and ``from_onnx`` take it keyword-only with this default.
+FALLBACKS = ("none", "reference", "onnx")
+DEFAULT_FALLBACK = "reference"
+
+
+class FallbackWarning(UserWarning):
+    """Some operators of a network do not run on the framework's own operators: they run on the reference
+    framework through the custom-op bridge, or on onnx.reference (inference only). The message names them."""
+
+
+def resolve_fallback(fallback: Any) -> str:
+    """``fallback=`` as one of :data:`FALLBACKS`.
+
+    >>> resolve_fallback(True), resolve_fallback(False), resolve_fallback("reference")
+    ('onnx', 'none', 'reference')
+    """
+    if fallback is True or fallback is False:
+        return "onnx" if fallback else "none"
+    if fallback not in FALLBACKS:
+        raise D5Error(f"fallback={fallback!r}: choose one of {list(FALLBACKS)} (True means 'onnx', False 'none')")
+    return fallback
+
+
+
+
 @dataclasses.dataclass(frozen=True)
 class Capabilities:
-    """What a framework can do, so callers (recipes, comparisons, tests) ask instead of guessing.
+    """What a framework can do, so callers (recipes, comparisons, the contract suite) ask instead of guessing.
+    Every framework takes the same ``fallback=`` (:data:`d5.frameworks.native_executor.FALLBACKS`), so it is no
+    capability.
 
-    >>> Capabilities(gpu=False, native_operators=False, fallback=True).devices
+    >>> Capabilities(gpu=False).devices
     ('cpu',)
     """
 
-    #: Runs on GPUs (``device=d5.GPUDevice()``).
+    #: Runs on GPUs (``device=d5.GPUDevice()``); read by the executors' device check and ``d5.best_device``.
     gpu: bool
-    #: Maps ONNX operators to the framework's own operators (False: d5's NumPy/C++ operators run them).
-    native_operators: bool
-    #: ``fallback=True`` runs ONNX operators it does not map on onnx.reference (inference only).
-    fallback: bool
-    #: ``inference_and_backprop`` computes gradients (False: inference only).
+    #: ``inference_and_backprop`` computes gradients (False: inference only); executors refuse training
+    #: otherwise, and the contract suite checks the training duties only where it is true.
     trainable: bool = True
-    #: Kinds of d5 custom operators ``custom_op`` accepts.
+    #: Kinds of d5 custom operators ``custom_op`` accepts: ``"python"`` (every framework) and ``"cpp"`` (compiled
+    #: with d5.ops.compile_cpp_op); ``custom_op`` refuses the others, and the contract suite trains each declared one.
     custom_ops: tuple[str, ...] = ("python",)
-    #: ``executor.network.fetch_tensors`` returns the live values without a copy (on the CPU).
+    #: ``executor.network.fetch_tensors`` returns the live values without a copy (on the CPU); the contract
+    #: suite checks it where it is promised.
     zero_copy_fetch: bool = False
 
     @property
@@ -97,6 +134,9 @@ class FrameworkExecutor(GraphExecutor):
     An inference pass (:meth:`run_inference`) reads parameters like a training pass and changes no state.
     """
 
+    #: The framework's name (``d5.frameworks.<framework>``): native optimizers refuse another framework's executor.
+    framework: str = ""
+
     def __init__(self, network: Network, device: Any = None) -> None:
         if not isinstance(network, Network):
             raise GraphError(f"{type(self).__name__} runs a d5.Network, got {type(network).__name__}; import a model "
@@ -122,7 +162,17 @@ class FrameworkExecutor(GraphExecutor):
 
     def inference_and_backprop(self, inputs: Mapping[str, Any], y: str = "loss") -> dict[str, np.ndarray]:
         y = self.check_loss_name(y)
+        if not self.capabilities.trainable:
+            raise D5Error(f"the {self.framework} framework runs inference only (CAPABILITIES.trainable is False); "
+                          "train on a framework that computes gradients, e.g. d5.frameworks.reference")
         return self.run_training(self.check_inputs(inputs), y)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The ``CAPABILITIES`` of this executor's framework package."""
+        import importlib
+
+        return importlib.import_module(f"d5.frameworks.{self.framework}").CAPABILITIES
 
     # ------------------------------------------------------------------ random streams (checkpoints)
     def operators(self) -> dict[str, Any]:
@@ -182,10 +232,75 @@ def add_native_loss(network: Network, loss: Any, native_loss: Any, input_dtype: 
     network.add_output("loss")
 
 
+def from_onnx_of(from_model: Callable[..., FrameworkExecutor]) -> Callable[..., FrameworkExecutor]:
+    """A framework's ``from_onnx``: :func:`d5.load_onnx`, then its ``from_model`` with the same keywords (so every
+    framework reads ONNX files alike and takes the same ``device`` and ``fallback``)."""
+
+    def from_onnx(source: str | os.PathLike | bytes | Any, *, device: Any = None, fallback: Any = DEFAULT_FALLBACK,
+                  external_data_dir: str | os.PathLike | None = None, **options: Any) -> FrameworkExecutor:
+        from d5.network.onnx_import import load_onnx
+
+        return from_model(load_onnx(source, external_data_dir), device=device, fallback=fallback, **options)
+
+    from_onnx.__module__ = from_model.__module__
+    from_onnx.__doc__ = (f"An executor of the {from_model.__module__.rsplit('.', 1)[-1]} framework for an ONNX model (a "
+                         "path, the file's bytes or an ``onnx.ModelProto``; ``external_data_dir``: where its external "
+                         "tensors lie, default the file's directory): ``d5.load_onnx``, then ``from_model`` with "
+                         "``device``, ``fallback`` and the framework's other options.")
+    return from_onnx
+
+
+def native_network(model: Any, model_op: Any, inputs: Mapping[str, Any], input_dtype: Any,
+                   params: Iterable[tuple[str, Any, bool]], loss: Any, native_loss: Any, label_dtype: Any,
+                   accepts: str, *, params_are_inputs: bool) -> Network:
+    """The graph every ``from_native`` builds around a user's model: ``inputs`` (name -> shape, None: unknown) of
+    ``input_dtype``, ``params`` as (name, value, trainable), one node ``'model'`` running ``model_op`` (the
+    framework's CustomOp for ``model``; ``params_are_inputs``: it reads the parameters after the inputs, else they
+    are its own) to output ``'output'``, and the loss of :func:`add_native_loss`."""
+    network = Network(f"native_{type(model).__name__}")
+    for name, shape in inputs.items():
+        network.add_input(name, shape, input_dtype)
+    names = []
+    for name, value, trainable in params:
+        network.add_param(name, value, trainable=trainable)
+        names.append(name)
+    network.add_custom_node(model_op, [*inputs, *names] if params_are_inputs else list(inputs), ["output"],
+                            name="model")
+    network.add_output("output")
+    if loss is not None:
+        add_native_loss(network, loss, native_loss, input_dtype, label_dtype, accepts)
+    return network
+
+
+def _signature_problems(package: types.ModuleType, name: str, first: str, keywords: Mapping[str, Any]) -> list[str]:
+    """What is wrong with the signature of ``package.<name>``: its first parameter must be ``first`` and
+    ``keywords`` (name -> default) keyword-only parameters with those defaults."""
+    function = getattr(package, name, None)
+    if not callable(function):
+        return []
+    where = f"{package.__name__}.{name}"
+    parameters = inspect.signature(function).parameters
+    problems = []
+    if not parameters or next(iter(parameters)) != first:
+        problems.append(f"{where} must take {first!r} as its first parameter, got {list(parameters)[:1]}")
+    for keyword, default in keywords.items():
+        parameter = parameters.get(keyword)
+        if parameter is None or parameter.kind is not inspect.Parameter.KEYWORD_ONLY or parameter.default != default:
+            problems.append(f"{where} must take keyword-only {keyword}={default!r} (as every framework does; see "
+                            f"d5.frameworks.base.FALLBACKS), got {parameter if parameter is not None else 'nothing'}")
+    return problems
+
+
+#: What a framework's ``operators`` package exports (the framework's native operators by ONNX op type).
+OPERATOR_EXPORTS = ("REGISTRY", "create_operator", "supported_operators")
+
+
 def contract_violations(package: types.ModuleType) -> list[str]:
     """What ``package`` (a framework package, e.g. ``d5.frameworks.reference``) lacks or gets wrong of the
-    contract: missing public names or module files, operator modules outside :data:`OPERATOR_CATEGORIES`, a
-    CAPABILITIES that is not a :class:`Capabilities`. Empty when it complies."""
+    contract: missing public names or module files, operator modules outside :data:`OPERATOR_CATEGORIES` or an
+    ``operators`` package without :data:`OPERATOR_EXPORTS`, a CAPABILITIES that is not a :class:`Capabilities`,
+    ``from_model``/``from_onnx`` without the shared keyword-only ``device`` and ``fallback``. Empty when it
+    complies."""
     problems = [f"{package.__name__} does not export {name!r} (every framework package must; see "
                 f"d5.frameworks.base.REQUIRED_NAMES)" for name in REQUIRED_NAMES if not hasattr(package, name)]
     if hasattr(package, "CAPABILITIES") and not isinstance(package.CAPABILITIES, Capabilities):
@@ -204,6 +319,19 @@ def contract_violations(package: types.ModuleType) -> list[str]:
         optimizer = getattr(package, name, None)
         if optimizer is not None and not isinstance(optimizer, type):
             problems.append(f"{package.__name__}.{name} must be an optimizer class, got {type(optimizer).__name__}")
+    device_and_fallback = {"device": None, "fallback": DEFAULT_FALLBACK}
+    problems += _signature_problems(package, "from_model", "network", device_and_fallback)
+    problems += _signature_problems(package, "from_onnx", "source", {**device_and_fallback, "external_data_dir": None})
+    if (root / "operators" / "__init__.py").is_file():
+        import importlib
+
+        try:
+            operators = importlib.import_module(f"{package.__name__}.operators")
+        except ImportError as err:
+            problems.append(f"{package.__name__}.operators does not import: {err}")
+        else:
+            problems += [f"{package.__name__}.operators does not export {name!r} (see "
+                         "d5.frameworks.base.OPERATOR_EXPORTS)" for name in OPERATOR_EXPORTS if not hasattr(operators, name)]
     return problems
 
 

@@ -59,7 +59,11 @@ def resnet(depth: int, dataset: str = "cifar10", num_classes: int | None = None,
     if dataset == "imagenet":
         return _imagenet_resnet(depth, classes, seed, shape)
     if depth < 8 or (depth - 2) % 6:
-        raise ShapeError(f"resnet: a CIFAR ResNet has 6n+2 layers (20, 32, 44, 56, 110, ...), got depth {depth}")
+        hint = (f"; for the ImageNet ResNet-{depth} pass dataset='imagenet' (resnet({depth}, dataset='imagenet'))"
+                if depth in IMAGENET_LAYOUTS else
+                f"; ImageNet ResNets ({', '.join(map(str, sorted(IMAGENET_LAYOUTS)))}) need dataset='imagenet'")
+        raise ShapeError(f"resnet: a {dataset} ResNet has 6n+2 layers (20, 32, 44, 56, 110, ...), got depth {depth}"
+                         f"{hint}")
     blocks = (depth - 2) // 6
     b = NetworkBuilder(f"resnet{depth}_{dataset}{'' if shortcut == 'A' else '_B'}", shape, classes, seed=seed)
     x = b.relu(b.batch_norm(_conv(b, b.input, 16, 3, 1, "conv1"), "bn1"))

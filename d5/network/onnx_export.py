@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from d5.errors import GraphError, ShapeError
+from d5.errors import GraphError, ShapeError, UnsupportedOperatorError
+from d5.network import onnx_functions
 from d5.network.graph import Network, Node, TensorInfo
 from d5.network.op_types import CUSTOM_DOMAIN, D5_DOMAIN
 
@@ -77,13 +78,18 @@ def network_to_onnx(network: Network, infer_output_types: bool = True, shape_con
 
     graph = network_to_graph(network, shape_constants_only)
     opsets = [helper.make_opsetid("", network.opset)]
-    domains = _domains(network) - {""}
-    opsets += [helper.make_opsetid(d, 1) for d in sorted(domains)]
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="d5")
-    # The oldest IR version that can carry these opsets, so older runtimes (onnxruntime) accept the file.
-    model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
+    domains = {node.domain for node in _all_nodes(network)} - {""}
+    opsets += [helper.make_opsetid(d, onnx_functions.D5_OPSET_VERSION) for d in sorted(domains)]
+    # d5's own operators travel as model-local functions of standard operators, so that the checker, shape
+    # inference and other runtimes understand them (see d5.network.onnx_functions).
+    functions = onnx_functions.model_functions(_all_nodes(network), network.opset)
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="d5", functions=functions)
+    # The oldest IR version that can carry these opsets and functions, so older runtimes (onnxruntime) accept it.
+    model.ir_version = max(helper.find_min_ir_version_for(opsets, ignore_unknown=True),
+                           onnx_functions.min_ir_version(functions))
     if infer_output_types:
         inferred = _infer(model)
+        _check_d5_input_types(network, inferred)
         for out in model.graph.output:
             info = inferred.get(out.name)
             declared = network.declared_types.get(out.name)
@@ -93,9 +99,19 @@ def network_to_onnx(network: Network, infer_output_types: bool = True, shape_con
                 info = declared
             if info is not None:
                 out.CopyFrom(_value_info(out.name, info.dtype, info.shape, info.kind))
-        if not domains & {CUSTOM_DOMAIN, D5_DOMAIN}:  # the checker rejects domains it has no schemas for
+        if CUSTOM_DOMAIN not in domains:  # user operators have neither schemas nor functions: nothing to check
             _check(model, network, full_check=False)
     return model
+
+
+def _check_d5_input_types(network: Network, inferred: dict[str, TensorInfo]) -> None:
+    """Refuse d5 nodes whose exported function would compute in other types than d5 does. Their inputs' types
+    are known only once ONNX has inferred them, and only for the main graph (inference reports no types
+    inside control-flow bodies), so a d5 node in a body is not checked."""
+    for node in network.nodes:
+        if node.domain == D5_DOMAIN:
+            dtypes = [inferred[name].dtype if name in inferred else None for name in node.inputs]
+            onnx_functions.check_input_types(node, dtypes, network.opset)
 
 
 #: Integer parameters up to this many elements keep their values when exporting for shape inference (they
@@ -129,15 +145,13 @@ def network_to_graph(network: Network, shape_constants_only: bool = False):
     return helper.make_graph(nodes, network.name, inputs, outputs, initializer=initializers)
 
 
-def _domains(network: Network) -> set[str]:
-    """The operator domains of ``network``'s nodes, those inside control-flow bodies included."""
-    domains = set()
+def _all_nodes(network: Network):
+    """``network``'s nodes and, depth first, those of its control-flow bodies."""
     for node in network.nodes:
-        domains.add(node.domain)
+        yield node
         for value in node.attrs.values():
             if isinstance(value, Network):
-                domains |= _domains(value)
-    return domains
+                yield from _all_nodes(value)
 
 
 def _infer(model) -> dict[str, TensorInfo]:
@@ -187,7 +201,11 @@ def node_to_proto(node: Node, opset: int | None = None):
 
     attributes = [python_to_attribute(key, value, node.op_type, node.domain, opset)
                   for key, value in node.attrs.items() if value is not None]
-    proto = helper.make_node(node.op_type, node.inputs, node.outputs, name=node.name, domain=node.domain or None)
+    overload = None
+    if node.domain == D5_DOMAIN:  # calls the model-local function specialised to its attribute values
+        overload = onnx_functions.overload_name(node.op_type, onnx_functions.resolve_attributes(node)) or None
+    proto = helper.make_node(node.op_type, node.inputs, node.outputs, name=node.name, domain=node.domain or None,
+                             overload=overload)
     proto.attribute.extend(attributes)
     return proto
 
@@ -242,8 +260,10 @@ def _schema_attribute_type(op_type: str, domain: str, opset: int | None, key: st
 
 def save_onnx(network: Network, path: str | os.PathLike) -> None:
     """Write ``network`` to an ONNX file, atomically, after ``onnx.checker.check_model(full_check=True)``
-    passes (graphs with d5's own operators are checked without the full check, which has no schemas
-    for them). Raises :class:`~d5.errors.GraphError` when the model does not check.
+    passes; d5's own operators are written with their model-local functions, so they check (and run in
+    other runtimes) too. Raises :class:`~d5.errors.GraphError` when the model does not check, and
+    :class:`~d5.errors.UnsupportedOperatorError` naming the node for a user operator (a Python object no
+    file can carry).
 
     >>> import d5, tempfile, os
     >>> path = os.path.join(tempfile.mkdtemp(), "lenet.onnx")
@@ -253,12 +273,21 @@ def save_onnx(network: Network, path: str | os.PathLike) -> None:
     """
     from d5.io_utils import atomic_write
 
+    _refuse_user_operators(network)
     model = network_to_onnx(network)
-    domains = {entry.domain for entry in model.opset_import}
-    _check(model, network, full_check=not domains & {CUSTOM_DOMAIN, D5_DOMAIN})
+    _check(model, network, full_check=True)
     data = model.SerializeToString()
     with atomic_write(path, "wb") as handle:
         handle.write(data)
+
+
+def _refuse_user_operators(network: Network) -> None:
+    for node in _all_nodes(network):
+        if node.domain == CUSTOM_DOMAIN:
+            raise UnsupportedOperatorError(
+                f"network {network.name!r}: node {node.name!r} ({CUSTOM_DOMAIN} {node.op_type}) is a user operator, "
+                "whose code (a d5.CustomOp) no ONNX file can carry; replace it by standard ONNX operators before "
+                "saving, or keep the network in Python (to_onnx() still exports it as an opaque, unchecked node)")
 
 
 def _check(model, network: Network, full_check: bool) -> None:

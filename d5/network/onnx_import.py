@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 
 from d5.errors import D5Error, GraphError, OnnxImportError, SchemaError, UnsupportedOperatorError
+from d5.network import onnx_functions
 from d5.network.attribute_ranges import check_value_ranges
 from d5.network.graph import Network, Node
-from d5.network.op_types import CUSTOM_DOMAIN, D5_DOMAIN, resolve_domain
+from d5.network.op_types import CUSTOM_DOMAIN, D5_DOMAIN, D5_OPERATORS, resolve_domain
 from d5.network.onnx_scopes import all_nodes, node_reads
 
 #: The oldest default-domain opset imported as is; older models are upgraded with onnx.version_converter.
@@ -198,6 +199,7 @@ class _ModelImporter:
         self.opset = self._check_opsets()
         self._inline_functions()
         self._check_nodes()
+        self._attach_d5_functions()
         self._check_tensor_names()
         self._sort_nodes()
         self._run_checker()
@@ -244,8 +246,11 @@ class _ModelImporter:
             return
         import onnx.inliner
 
+        # d5's own operators stay nodes (their functions only tell other runtimes what they compute), so a model
+        # d5 exported comes back with the same nodes; every other function is expanded into its body.
+        keep = [(D5_DOMAIN, op_type) for op_type in D5_OPERATORS]
         try:
-            self.model = onnx.inliner.inline_local_functions(self.model)
+            self.model = onnx.inliner.inline_selected_functions(self.model, keep, exclude=True)
         except Exception as err:  # noqa: BLE001
             raise OnnxImportError(f"could not inline the model's local functions ({err})") from None
         self.graph = self.model.graph
@@ -303,6 +308,26 @@ class _ModelImporter:
         except onnx.defs.SchemaError:
             raise UnsupportedOperatorError(f"{label}: operator {node.op_type!r} does not exist in ONNX opset "
                                            f"{self.opset} (it was added later); raise the model's opset") from None
+
+    def _attach_d5_functions(self) -> None:
+        """Give each d5 node without a model-local function d5's own (a file written by another tool, or by d5
+        before it exported them): the checker and shape inference need it to type the node's outputs."""
+        defined = {(f.domain, f.name, f.overload) for f in self.model.functions}
+        for label, proto in all_nodes(self.graph, _label):
+            if proto.domain != D5_DOMAIN or proto.op_type not in onnx_functions.FUNCTIONS or \
+                    (D5_DOMAIN, proto.op_type, proto.overload) in defined:
+                continue
+            attrs = {a.name: attribute_to_python(a, f"{label}, attribute {a.name!r}") for a in proto.attribute}
+            node = Node(proto.name, proto.op_type, list(proto.input), list(proto.output), attrs, D5_DOMAIN)
+            try:
+                values = onnx_functions.resolve_attributes(node, label)
+            except SchemaError as err:
+                raise OnnxImportError(str(err)) from None
+            proto.overload = onnx_functions.overload_name(proto.op_type, values)
+            if (D5_DOMAIN, proto.op_type, proto.overload) not in defined:
+                self.model.functions.append(onnx_functions.function_proto(proto.op_type, values, self.opset))
+                defined.add((D5_DOMAIN, proto.op_type, proto.overload))
+        self.model.ir_version = max(self.model.ir_version, onnx_functions.min_ir_version(self.model.functions))
 
     def _check_tensor_names(self) -> None:
         graph = self.graph

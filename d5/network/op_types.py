@@ -31,6 +31,17 @@ def onnx_operator_types() -> frozenset[str]:
     return frozenset(s.name for s in onnx.defs.get_all_schemas_with_history() if s.domain in ("", "ai.onnx"))
 
 
+def known_operator_types() -> list[str]:
+    """Every operator type a d5 Network accepts, sorted: ONNX's default domain (as the installed ``onnx``
+    knows it) and d5's own. The one count of "operators d5 knows"; how many of them a framework implements
+    is that framework's ``supported_operators()`` (``d5 operators`` shows both).
+
+    >>> "Conv" in known_operator_types() and "MeanSquaredError" in known_operator_types()
+    True
+    """
+    return sorted(onnx_operator_types() | set(D5_OPERATORS))
+
+
 def resolve_domain(op_type: str, domain: str | None) -> str:
     """Return the domain ``op_type`` belongs to, or raise :class:`UnsupportedOperatorError`."""
     if domain in (None, "", "ai.onnx"):
@@ -40,11 +51,12 @@ def resolve_domain(op_type: str, domain: str | None) -> str:
             return D5_DOMAIN
     elif domain == D5_DOMAIN and op_type in D5_OPERATORS:
         return D5_DOMAIN
-    known = sorted(onnx_operator_types() | set(D5_OPERATORS))
+    known = known_operator_types()
     close = difflib.get_close_matches(op_type, known, n=3)
     hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+    # "known", not "supported": which of these a framework implements is checked when its executor is built.
     raise UnsupportedOperatorError(
         f"unknown operator type {op_type!r} (domain {domain or 'ai.onnx'!r}).{hint} "
-        f"Supported are the {len(known)} ONNX operators and d5's own: {', '.join(known)}. "
-        "For an operator of your own, use Network.add_custom_node(op, inputs, outputs)."
+        f"d5 knows {len(known)} operator types, ONNX's default domain and d5's own ({', '.join(D5_OPERATORS)}): "
+        f"{', '.join(known)}. For an operator of your own, use Network.add_custom_node(op, inputs, outputs)."
     )

@@ -32,6 +32,21 @@ _KERNELS_KEPT = 8  # operator instances kept per op (one per dtype and input sha
 Shape = tuple[int, ...]
 
 
+def dtype_name(dtype: Any) -> str:
+    """The NumPy name of ``dtype``: anything ``np.dtype`` takes (a dtype, a type, a name), or a name NumPy lacks
+    (``'bfloat16'``) as it is. Another object -- a framework's dtype that a bridge passed without converting it
+    with its framework's ``runtime.dtype_name`` -- is read by the last dotted part of its ``str``, which is the
+    NumPy name for the frameworks whose dtypes print as ``<module>.<name>``.
+
+    >>> dtype_name(np.float32), dtype_name("int64"), dtype_name("bfloat16")
+    ('float32', 'int64', 'bfloat16')
+    """
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return dtype if isinstance(dtype, str) else str(dtype).rsplit(".", 1)[-1]
+
+
 class CppOp(CustomOp):
     """A C++ operator compiled by :func:`d5.ops.compile_cpp_op` (see the module docstring).
 
@@ -127,11 +142,12 @@ class CppOp(CustomOp):
         return input_grads[0] if len(input_grads) == 1 else tuple(input_grads)
 
     def element_type(self, input_dtypes: Sequence[Any]) -> str:
-        """The element type T of a call with inputs of these dtypes (NumPy's or a framework's, e.g.
-        ``torch.float32``): ShapeError for another number of inputs than forward takes, OperatorError for mixed
-        dtypes. Bridges call it before :meth:`kernel`."""
+        """The element type T of a call with inputs of these dtypes -- NumPy dtypes or their names, as a bridge
+        gets them from its framework's ``runtime.dtype_name`` (see :func:`dtype_name`): ShapeError for another
+        number of inputs than forward takes, OperatorError for mixed dtypes. Bridges call it before
+        :meth:`kernel`."""
         self._check_input_count(len(input_dtypes))
-        names = [str(d).removeprefix("torch.") if not isinstance(d, np.dtype) else d.name for d in input_dtypes]
+        names = [dtype_name(d) for d in input_dtypes]
         if len(set(names)) > 1:
             raise OperatorError(f"{self.op_type}: every input must have the same dtype (the C++ class has one "
                                 f"element type T), got {names}")

@@ -2,11 +2,15 @@
 values only, never tensor values, so a NumPy, PyTorch or TensorFlow operator calls them alike:
 
 - sliding windows: :func:`check_window_attributes`, :func:`window_geometry` (``auto_pad``, ``pads``,
-  ``ceil_mode``) for Conv, ConvTranspose and pooling;
+  ``ceil_mode``) for Conv, ConvTranspose and pooling, :func:`conv_transpose_geometry` for ConvTranspose's output;
 - axes: :func:`normalize_axis`, :func:`normalize_axes`;
 - optional inputs: :func:`optional_input`;
 - broadcasting: :func:`broadcast_shape`, :func:`not_broadcastable`, :func:`unbroadcast_axes`;
-- attributes: :func:`int_tuple`, :func:`as_text`.
+- attributes: :func:`int_tuple`, :func:`as_text` (each operator's attributes are parsed in
+  :mod:`d5.ops.onnx_attributes`);
+- sampling geometry taking the array namespace (``xp``: numpy or torch) as an argument, so that one piece of
+  code computes it on either framework's tensors: :func:`grid_sample_taps`, :func:`cubic_kernel`,
+  :func:`reflect_coordinates`.
 
 Errors are :class:`d5.errors.ShapeError` naming the operator.
 
@@ -213,6 +217,78 @@ def window_geometry(spatial: Sequence[int], kernel: Sequence[int], *, strides: S
                          f"{tuple(out)}), more than d5 supports ({MAX_WINDOW_POSITIONS}); check the 'pads' and "
                          "'strides' attributes")
     return WindowGeometry(tuple(out), tuple(begin), tuple(end))
+
+
+@dataclasses.dataclass(frozen=True)
+class TransposedWindowGeometry:
+    """ConvTranspose's geometry per spatial axis: the transposed convolution by the kernel with ``strides`` and
+    ``dilations`` spans ``full`` positions, ``stride * (in - 1) + (kernel - 1) * dilation + 1``; the output is
+    the ``out`` positions from ``pads_begin`` on of those plus ``output_padding`` zeros at the end.
+
+    >>> TransposedWindowGeometry(strides=(2,), dilations=(1,), full=(5,), out=(4,), pads_begin=(1,)).sides
+    ((-1, 0),)
+    """
+
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    full: tuple[int, ...]
+    out: tuple[int, ...]
+    pads_begin: tuple[int, ...]
+
+    @property
+    def sides(self) -> tuple[tuple[int, int], ...]:
+        """Per spatial axis, the (begin, end) amounts to pad ``full`` by (negative: crop) to get the output."""
+        return tuple((-begin, begin + out - full) for begin, out, full in zip(self.pads_begin, self.out, self.full))
+
+
+def conv_transpose_geometry(spatial: Sequence[int], kernel: Sequence[int], *, strides: Sequence[int] | None,
+                            dilations: Sequence[int] | None, output_padding: Sequence[int] | None,
+                            pads: Sequence[int] | None, output_shape: Sequence[int] | None,
+                            auto_pad: str = "NOTSET") -> TransposedWindowGeometry:
+    """ConvTranspose's attributes (None: absent) resolved for an input of spatial shape ``spatial`` and a kernel
+    of shape ``kernel``. Output size per axis: ``stride * (in - 1) + output_padding + (kernel - 1) * dilation +
+    1 - pad_begin - pad_end``, or ``output_shape`` when given: the pads are then derived from it, the total
+    ``natural - output_shape`` split evenly with the odd unit at the end for ``auto_pad=SAME_UPPER`` and at the
+    beginning otherwise (ONNX's rule, as onnxruntime applies it). A ShapeError for attributes of the wrong
+    length, an UnsupportedOperatorError for negative leading pads or an empty output.
+
+    >>> conv_transpose_geometry((2,), (3,), strides=(2,), dilations=None, output_padding=None, pads=(1, 1),
+    ...                         output_shape=None)
+    TransposedWindowGeometry(strides=(2,), dilations=(1,), full=(5,), out=(3,), pads_begin=(1,))
+    """
+    rank = len(spatial)
+    strides, dilations = tuple(strides or (1,) * rank), tuple(dilations or (1,) * rank)
+    output_padding = tuple(output_padding or (0,) * rank)
+    for name, values in (("strides", strides), ("dilations", dilations), ("output_padding", output_padding)):
+        if len(values) != rank:
+            raise ShapeError(f"ConvTranspose: {name} must have {rank} values (one per spatial axis), got "
+                             f"{list(values)}")
+    full = tuple(s * (i - 1) + (k - 1) * d + 1 for s, i, k, d in zip(strides, spatial, kernel, dilations))
+    natural = [f + op for f, op in zip(full, output_padding)]
+    if output_shape or (auto_pad in ("SAME_UPPER", "SAME_LOWER") and pads is None):
+        if not output_shape:
+            # Under SAME_* the output is input * stride; where that is more than the unpadded output (stride >
+            # dilated kernel), the total pad is clamped at 0, as onnxruntime and ONNX's shape inference have it.
+            out = [min(nat, i * s) for nat, i, s in zip(natural, spatial, strides)]
+        elif len(output_shape) not in (rank, rank + 2):  # the spatial sizes (or, leniently, N, C too)
+            raise ShapeError(f"ConvTranspose: output_shape must have {rank} values (one per spatial axis), got "
+                             f"{list(output_shape)}")
+        else:  # a given output_shape overrides the pads
+            out = [int(o) for o in output_shape[-rank:]]
+        # The pads derived from the output: the odd unit of the total at the end for SAME_UPPER, else first.
+        totals = [nat - o for nat, o in zip(natural, out)]
+        begin = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in totals]
+    else:
+        pads = (0,) * (2 * rank) if pads is None or auto_pad == "VALID" else tuple(pads)
+        if len(pads) != 2 * rank:
+            raise ShapeError(f"ConvTranspose: pads must have {2 * rank} values (begins, then ends), got {list(pads)}")
+        begin = list(pads[:rank])
+        out = [nat - pb - pe for nat, pb, pe in zip(natural, pads[:rank], pads[rank:])]
+    if any(p < 0 for p in begin) or any(o <= 0 for o in out):
+        raise UnsupportedOperatorError(
+            f"ConvTranspose: the attributes give output size {out} with leading pads {begin}; negative leading "
+            "pads and empty outputs are not supported; check output_shape/pads")
+    return TransposedWindowGeometry(strides, dilations, full, tuple(out), tuple(begin))
 
 
 # ------------------------------------------------------------------------------------------------------ axes
@@ -429,79 +505,10 @@ def split_lengths(op_name: str, dim: int, lengths: Sequence[int] | None, pieces:
     return lengths
 
 
-# -------------------------------------------------------------------------------- LSTM, GRU and RNN
-
-#: The activation functions ONNX's recurrent operators name, with (uses alpha, uses beta, default alpha,
-#: default beta); each framework supplies the functions themselves.
-RECURRENT_ACTIVATIONS: dict[str, tuple[bool, bool, float | None, float | None]] = {
-    "sigmoid": (False, False, None, None), "tanh": (False, False, None, None), "relu": (False, False, None, None),
-    "leakyrelu": (True, False, 0.01, None), "thresholdedrelu": (True, False, 1.0, None),
-    "hardsigmoid": (True, True, 0.2, 0.5), "affine": (True, True, 1.0, 0.0), "scaledtanh": (True, True, 1.0, 1.0),
-    "elu": (True, False, 1.0, None), "softsign": (False, False, None, None), "softplus": (False, False, None, None),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class RecurrentAttributes:
-    """The checked attributes of an LSTM, GRU or RNN node. ``activations`` holds ``(name, alpha, beta)`` for
-    each function, ``len(default_activations)`` per direction (lower-case names of RECURRENT_ACTIVATIONS)."""
-
-    direction: str
-    num_directions: int
-    hidden_size: int | None
-    clip: float | None
-    layout: int
-    activations: tuple[tuple[str, float | None, float | None], ...]
-
-
-def recurrent_attributes(op_name: str, default_activations: Sequence[str], *, activation_alpha=None,
-                         activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
-                         layout=0) -> RecurrentAttributes:
-    """Check and resolve a recurrent node's attributes (ONNX defaults where absent).
-
-    >>> recurrent_attributes("RNN", ("Tanh",), direction="bidirectional").activations
-    (('tanh', None, None), ('tanh', None, None))
-    """
-    direction = as_text(direction)
-    if direction not in ("forward", "reverse", "bidirectional"):
-        raise ShapeError(f"{op_name}: direction must be forward, reverse or bidirectional, got {direction!r}")
-    directions = 2 if direction == "bidirectional" else 1
-    layout = int(layout)
-    if layout not in (0, 1):
-        raise ShapeError(f"{op_name}: layout must be 0 (sequence first) or 1 (batch first), got {layout}")
-    per_direction = len(default_activations)
-    names = [as_text(n) for n in (activations or [])] or list(default_activations) * directions
-    if len(names) == per_direction:  # one set given for a bidirectional layer: used by both directions
-        names = names * directions
-    elif directions == 1 and len(names) == 2 * per_direction:
-        # Two sets for a one-direction layer: RNN's schema default is ["Tanh", "Tanh"] (one per direction of a
-        # bidirectional layer) whatever the direction; onnx.reference and onnxruntime use the first set.
-        names = names[:per_direction]
-    if len(names) != per_direction * directions:
-        raise ShapeError(f"{op_name}: expected {per_direction} activations per direction ({per_direction * directions} "
-                         f"in all), got {names}")
-    alphas, betas = list(activation_alpha or []), list(activation_beta or [])
-    resolved = []
-    for name in names:
-        key = name.lower()
-        if key not in RECURRENT_ACTIVATIONS:
-            raise UnsupportedOperatorError(f"{op_name}: activation {name!r} is not supported; use one of "
-                                           f"{', '.join(sorted(RECURRENT_ACTIVATIONS))}")
-        uses_alpha, uses_beta, alpha, beta = RECURRENT_ACTIVATIONS[key]
-        # ONNX lists alpha/beta values in the order of the activations that take them.
-        if uses_alpha and alphas:
-            alpha = float(alphas.pop(0))
-        if uses_beta and betas:
-            beta = float(betas.pop(0))
-        resolved.append((key, alpha, beta))
-    return RecurrentAttributes(direction, directions, None if hidden_size is None else int(hidden_size),
-                               None if clip is None else float(clip), layout, tuple(resolved))
-
-
-__all__ = ["AUTO_PAD_MODES", "RECURRENT_ACTIVATIONS", "RecurrentAttributes", "recurrent_attributes",
-           "slice_bounds", "split_lengths", "reshape_target", "tensor_attribute", "MAX_WINDOW_EXTENT", "MAX_WINDOW_POSITIONS", "WindowGeometry", "as_text",
-           "broadcast_shape", "check_window_attributes", "int_tuple", "normalize_axes", "normalize_axis",
-           "not_broadcastable", "optional_input", "unbroadcast_axes", "window_geometry"]
+__all__ = ["AUTO_PAD_MODES", "MAX_WINDOW_EXTENT", "MAX_WINDOW_POSITIONS", "TransposedWindowGeometry",
+           "WindowGeometry", "as_text", "broadcast_shape", "check_window_attributes", "conv_transpose_geometry",
+           "int_tuple", "normalize_axes", "normalize_axis", "not_broadcastable", "optional_input", "reshape_target",
+           "slice_bounds", "split_lengths", "tensor_attribute", "unbroadcast_axes", "window_geometry"]
 
 
 # -------------------------------------------------------------------------- Resize (separable interpolation)
@@ -695,7 +702,7 @@ def resize_taps(op_name: str, *, in_len: int, out_len: int, scale: float, window
     return np.clip(index, 0, in_len - 1), weights, outside
 
 
-# ----------------------------------------------------------------------------------------------- AffineGrid
+# ------------------------------------------------------------------------------------ AffineGrid, GridSample
 
 def normalized_grid_positions(size: int, align_corners: bool) -> np.ndarray:
     """The normalized coordinates of ``size`` pixels along one axis (AffineGrid, GridSample): their centres in
@@ -707,6 +714,54 @@ def normalized_grid_positions(size: int, align_corners: bool) -> np.ndarray:
     if align_corners:
         return np.linspace(-1.0, 1.0, size) if size > 1 else np.zeros(size)
     return (2.0 * np.arange(size) + 1.0) / size - 1.0
+
+
+def grid_sample_taps(grid: Any, size: int, *, align_corners: bool, mode: str, padding_mode: str,
+                     xp: Any = np) -> list[tuple[Any, Any]]:
+    """GridSample along one spatial axis of ``size`` pixels, as onnx.reference: the ``(index, weight)`` taps
+    that the normalized coordinates ``grid`` read (int64 indices in ``[0, size)``; the output sums, over one tap
+    per axis, the product of their weights times the input there). Outside the image a coordinate is moved
+    in by ``padding_mode`` (border: clamped, reflection: mirrored) and a tap reads 0 (zeros), the edge (border)
+    or its mirror image. ``xp`` is ``grid``'s array namespace (``numpy`` or ``torch``, as for :func:`cubic_kernel`).
+
+    >>> [(i.tolist(), w.tolist()) for i, w in grid_sample_taps(np.array([-1.0, 0.25]), 2, align_corners=False,
+    ...                                                        mode="linear", padding_mode="zeros")]
+    [([0, 0], [0.0, 0.25]), ([0, 1], [0.5, 0.75])]
+    """
+    if align_corners:
+        coordinate, low, high = (grid + 1) / 2 * (size - 1), 0.0, size - 1.0
+    else:
+        coordinate, low, high = ((grid + 1) * size - 1) / 2, -0.5, size - 0.5
+    if mode == "nearest":
+        coordinate = xp.round(coordinate)  # half to even (numpy's and torch's round), as onnx.reference's rint
+    if padding_mode == "border":
+        outside = (coordinate < low) | (coordinate > high)
+        coordinate = xp.where(outside, xp.clip(coordinate, 0, size - 1), coordinate)
+    elif padding_mode == "reflection":
+        coordinate = reflect_coordinates(coordinate, low, high, xp)
+    if mode == "nearest":
+        taps = [(_cast(coordinate, xp.int64), xp.ones_like(coordinate))]
+    else:
+        base = xp.floor(coordinate)
+        t = coordinate - base
+        base = _cast(base, xp.int64)
+        if mode == "linear":
+            taps = [(base, 1 - t), (base + 1, t)]
+        else:
+            taps = [(base + k, cubic_kernel(t - k, -0.75, xp)) for k in (-1, 0, 1, 2)]
+    padded = []
+    for index, weight in taps:
+        if padding_mode == "zeros":
+            weight = weight * _cast((index >= 0) & (index < size), weight.dtype)
+        elif padding_mode == "reflection":
+            index = _cast(xp.trunc(reflect_coordinates(_cast(index, weight.dtype), low, high, xp)), xp.int64)
+        padded.append((xp.clip(index, 0, size - 1), weight))
+    return padded
+
+
+def _cast(x: Any, dtype: Any) -> Any:
+    """A NumPy array or torch tensor converted to ``dtype`` (``astype`` or ``to``)."""
+    return x.astype(dtype) if hasattr(x, "astype") else x.to(dtype)
 
 
 # ------------------------------------------------------------------------------------------ signal windows
@@ -788,7 +843,8 @@ def quantization_axis(what: str, value_shape: Sequence[int], shape: Sequence[int
     return axis
 
 
-__all__ += ["COSINE_WINDOW_COEFFICIENTS", "cubic_kernel", "mel_weight_matrix", "normalized_grid_positions",
+__all__ += ["COSINE_WINDOW_COEFFICIENTS", "cubic_kernel", "grid_sample_taps", "mel_weight_matrix",
+            "normalized_grid_positions",
             "quantization_axis", "resize_plan", "resize_source_coordinates", "resize_taps"]
 
 
@@ -832,75 +888,7 @@ def range_length(start: float, limit: float, delta: float, op_name: str = "Range
     return max(int(math.ceil(steps)), 0)
 
 
-def block_attributes(op_name: str, blocksize: Any, mode: Any) -> tuple[int, str]:
-    """DepthToSpace/SpaceToDepth's ``blocksize`` (required, positive) and ``mode`` (``DCR`` or ``CRD``).
-
-    >>> block_attributes("DepthToSpace", 2, b"CRD")
-    (2, 'CRD')
-    """
-    if blocksize is None:
-        raise ShapeError(f"{op_name}: the blocksize attribute is required")
-    mode = as_text(mode)
-    if mode not in ("DCR", "CRD"):
-        raise ShapeError(f"{op_name}: unknown mode {mode!r}; use DCR or CRD")
-    if int(blocksize) < 1:
-        raise ShapeError(f"{op_name}: blocksize must be positive, got {blocksize}")
-    return int(blocksize), mode
-
-
-__all__ += ["block_attributes", "range_length"]
-
-
-def lrn_attributes(size: Any, alpha: float, beta: float, bias: float) -> tuple[int, float, float, float]:
-    """LRN's attributes checked: ``size`` odd and >= 1, the others finite. Raises ShapeError saying what to use.
-
-    >>> lrn_attributes(5, 1e-4, 0.75, 1.0)
-    (5, 0.0001, 0.75, 1.0)
-    """
-    if size is None or int(size) < 1 or int(size) % 2 == 0:
-        raise ShapeError(f"LRN: the size attribute is required and must be odd and >= 1 (e.g. size=5), got "
-                         f"{size}; an even window has no centre (onnxruntime refuses it, PyTorch and ONNX's "
-                         f"formula centre it differently): use size - 1 or size + 1")
-    values = (float(alpha), float(beta), float(bias))
-    for name, value in zip(("alpha", "beta", "bias"), values):
-        if not math.isfinite(value):
-            raise ShapeError(f"LRN: attribute {name!r} must be a finite number, got {value}")
-    return (int(size), *values)
-
-
-def resize_attributes(mode: Any = "nearest", coordinate_transformation_mode: Any = "half_pixel",
-                      nearest_mode: Any = "round_prefer_floor", cubic_coeff_a: float = -0.75, exclude_outside: int = 0,
-                      extrapolation_value: float = 0.0, antialias: int = 0, axes: Any = None,
-                      keep_aspect_ratio_policy: Any = "stretch") -> dict[str, Any]:
-    """Resize's attributes, normalized under the names every framework's operator keeps them by.
-
-    >>> resize_attributes(mode=b"linear", antialias=1)["antialias"]
-    True
-    """
-    mode = as_text(mode)
-    if mode not in ("nearest", "linear", "cubic"):
-        raise ShapeError(f"Resize: unknown mode {mode!r}; use nearest, linear or cubic")
-    return {"mode": mode, "coordinate_mode": as_text(coordinate_transformation_mode),
-            "nearest_mode": as_text(nearest_mode), "cubic_a": float(cubic_coeff_a),
-            "exclude_outside": bool(exclude_outside), "extrapolation_value": float(extrapolation_value),
-            "antialias": bool(antialias) and mode != "nearest", "axes": int_tuple(axes),
-            "policy": as_text(keep_aspect_ratio_policy)}
-
-
-def grid_sample_modes(mode: Any, padding_mode: Any) -> tuple[str, str]:
-    """GridSample's ``mode`` (opset 16's bilinear/bicubic as linear/cubic) and ``padding_mode``, checked.
-
-    >>> grid_sample_modes(b"bilinear", "border")
-    ('linear', 'border')
-    """
-    text = as_text(mode)
-    resolved = {"bilinear": "linear", "bicubic": "cubic"}.get(text, text)
-    padding = as_text(padding_mode)
-    if resolved not in ("nearest", "linear", "cubic"):
-        raise ShapeError(f"GridSample: unknown mode {mode!r}; use nearest, linear or cubic")
-    if padding not in ("zeros", "border", "reflection"):
-        raise ShapeError(f"GridSample: unknown padding_mode {padding_mode!r}; use zeros, border or reflection")
-    return resolved, padding
+__all__ += ["range_length"]
 
 
 @dataclasses.dataclass(frozen=True)

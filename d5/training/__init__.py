@@ -12,6 +12,7 @@ from d5.training.events import (CSVLogger, EpochSummary, HyperparameterSchedule,
 from d5.training.metrics import (FinalTestAccuracy, Latency, OutputError, Perplexity, RunTime, TestAccuracy,
                                  TestMetric, Throughput, TimeToAccuracy, TopKAccuracy, TrainingAccuracy, TrainingMetric,
                                  WallclockTime)
+from d5.training.native_optimizer import NativeOptimizer
 from d5.training.optimizer import Optimizer, ThreeStepOptimizer, UpdateRuleOptimizer
 from d5.training.optimizers import (AcceleGradOptimizer, AdaGradOptimizer, AdamOptimizer, AdamWOptimizer,
                                     ChainOptimizer, GradientDescent, LAMBOptimizer, LARSOptimizer, MomentumOptimizer,
@@ -29,7 +30,8 @@ __all__ = [
     "CSVLogger", "ChainOptimizer", "Checkpoint", "ChoiceSampler", "Compose", "ConstantSchedule", "CosineSchedule",
     "Cutout", "Dataset", "EarlyStopping", "EpochSummary", "FinalTestAccuracy", "GradientDescent",
     "HyperparameterSchedule", "JSONLogger", "LAMBOptimizer", "LARSOptimizer", "Latency", "LearningRateSchedule",
-    "LinearSchedule", "MomentumOptimizer", "MultiStepSchedule", "Normalize", "NumpyDataset", "OneCycleSchedule",
+    "LinearSchedule", "MomentumOptimizer", "MultiStepSchedule", "NativeOptimizer", "Normalize", "NumpyDataset",
+    "OneCycleSchedule",
     "Optimizer", "OrderedSampler", "OutputError", "PeakMemory", "Perplexity", "PhaseBreakdown", "PlotWriter", "ProgressBar",
     "RMSPropOptimizer", "RandomCrop", "RandomHorizontalFlip", "ResourceTable", "RunTime", "Sampler", "Schedule",
     "SequenceDataset", "ShuffleSampler", "StepSchedule", "StopAfter", "StopWhenAccuracy", "TestAccuracy",

@@ -1,10 +1,13 @@
 """Tests of the operator benchmark (d5.bench.ops, d5.bench.ops_problems, ``d5 bench ops``) on tiny problems.
 
 Oracles: NumPy float64 products and formulas, PyTorch's own kernels and output shapes (independent of the
-reference framework), hand-counted FLOPs, the PNG file signature and the JSON read back from disk.
+reference framework), hand-counted FLOPs, the PNG file signature and the JSON read back from disk. The
+benchmark itself names no framework: it takes every framework the registry (d5.frameworks) has, which a test
+shows with a framework registered for the test alone.
 """
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import time
@@ -13,12 +16,14 @@ import numpy as np
 import psutil
 import pytest
 
+import d5.frameworks
 from d5.bench.ops import (CHECK_TOLERANCE, OpsSettings, OtherProcessesCPU, check_passes, gflops, relative_error,
                           run_ops_benchmark)
 from d5.bench.ops_problems import (ConvProblem, ElementwiseProblem, GemmProblem, Implementation,
-                                   ImplementationCatalog, bind_torch, expected_results, quick_subset)
+                                   ImplementationCatalog, bind_custom_op, expected_results, quick_subset)
 from d5.bench.results import read_result
-from d5.errors import D5Error
+from d5.errors import D5Error, FrameworkNotInstalledError
+from d5.ops import CustomPythonOp
 
 torch = pytest.importorskip("torch")
 
@@ -41,13 +46,15 @@ def _numpy_oracle(problem, inputs, output_grad):
 
 
 @pytest.mark.parametrize("problem", quick_subset(), ids=lambda p: p.name)
-def test_reference_and_torch_agree_with_each_other_and_an_independent_oracle(problem):
+def test_every_framework_agrees_with_the_others_and_an_independent_oracle(problem):
     rng = np.random.default_rng(1)
     inputs = problem.make_inputs(rng)
     output, output_grad, input_grads = expected_results(problem, inputs, rng)
-    implementations = [i for i in ImplementationCatalog(("reference", "pytorch")).for_problem(problem)
+    frameworks = d5.frameworks.available()
+    implementations = [i for i in ImplementationCatalog(frameworks).for_problem(problem)
                        if isinstance(i, Implementation)]
-    assert {i.framework for i in implementations} == {"reference", "pytorch"}
+    assert {i.framework for i in implementations} == set(frameworks) >= {"reference", "pytorch"}
+    assert {i.framework for i in implementations if i.name == "native"} == set(frameworks)
     for implementation in implementations:
         passes = implementation.bind(inputs, output_grad)
         assert passes.output.dtype == np.float32, implementation
@@ -98,11 +105,22 @@ def test_relative_error_catches_wrong_values_and_shapes():
     assert relative_error(np.ones(3), np.ones(4)) == float("inf")
 
 
+class _OffByOnePercent(CustomPythonOp):
+    """A matrix product 1% too large, with the matching gradients."""
+
+    def forward(self, inputs):
+        return 1.01 * (inputs[0] @ inputs[1])
+
+    def backward(self, grads, fwd_inputs, fwd_outputs):
+        a, b = fwd_inputs
+        return 1.01 * (grads[0] @ b.T), 1.01 * (a.T @ grads[0])
+
+
 class _WithAWrongImplementation(ImplementationCatalog):
     """The reference, plus a 'kernel' that is 1% off: the benchmark must refuse to time it."""
 
     def for_problem(self, problem):
-        wrong = Implementation("pytorch", "off by 1%", bind_torch(lambda: lambda a, b: 1.01 * torch.matmul(a, b)))
+        wrong = Implementation("reference", "off by 1%", bind_custom_op(_OffByOnePercent()))
         return super().for_problem(problem) + [wrong]
 
 
@@ -117,7 +135,7 @@ def test_an_implementation_with_wrong_outputs_is_reported_failed_and_not_timed(t
     assert wrong["status"] == "failed" and "seconds" not in wrong and "gflops" not in wrong
     assert wrong["check_error"] == pytest.approx(0.01, rel=1e-3)
     assert outcome.failed == 2
-    assert "failed: g pytorch off by 1%" in "\n".join(outcome.summary_lines)
+    assert "failed: g reference off by 1%" in "\n".join(outcome.summary_lines)
 
 
 def test_other_processes_cpu_sees_a_busy_process():
@@ -134,10 +152,46 @@ def test_other_processes_cpu_sees_a_busy_process():
 
 
 def test_bad_settings_are_refused_with_what_to_do():
-    with pytest.raises(D5Error, match="choose from"):
-        OpsSettings(frameworks=("tensorflow",)).resolved()
+    with pytest.raises(D5Error, match=r"unknown or no frameworks \['caffe'\]; choose from \['reference'"):
+        OpsSettings(frameworks=("caffe",)).resolved()
+    with pytest.raises(D5Error, match="unknown peer framework 'caffe'"):
+        OpsSettings(peer="caffe").resolved()
     with pytest.raises(D5Error, match="repeats must be a positive integer"):
         OpsSettings(repeats=0).resolved()
+    for name in set(d5.frameworks.FRAMEWORKS) - set(d5.frameworks.available()):  # known, not available here
+        with pytest.raises(FrameworkNotInstalledError, match=f"framework {name!r} is not"):
+            OpsSettings(frameworks=(name,)).resolved()
+
+
+@pytest.fixture
+def registered_framework(tmp_path, monkeypatch):
+    """A framework ``benchfw`` registered as a real one is (its package with a runtime.py, one registry entry)
+    for this test alone: its runtime times the reference's kernels under its own name."""
+    root = tmp_path / "frameworks" / "benchfw"
+    root.mkdir(parents=True)
+    (root / "__init__.py").write_text('NAME = "benchfw"\n')
+    (root / "runtime.py").write_text("from d5.frameworks.reference.runtime import *  # noqa: F401,F403\n")
+    importlib.invalidate_caches()
+    monkeypatch.setattr(d5.frameworks, "__path__", [*d5.frameworks.__path__, str(root.parent)])
+    monkeypatch.setattr(d5.frameworks, "FRAMEWORKS", {"reference": None, "benchfw": None})
+    yield "benchfw"
+    for name in [m for m in sys.modules if m.startswith("d5.frameworks.benchfw")]:
+        del sys.modules[name]
+    vars(d5.frameworks).pop("benchfw", None)
+
+
+def test_a_newly_registered_framework_is_benchmarked_with_no_change_to_the_benchmark(tmp_path, registered_framework):
+    settings = OpsSettings(quick=True, repeats=2, threads=1, peer=registered_framework)
+    problems = [GemmProblem("g", 24, 8, 16), ElementwiseProblem("e", "relu", 64)]
+    outcome = run_ops_benchmark(tmp_path, settings, problems=problems, progress=False, report=lambda line: None)
+    assert outcome.failed == 0
+    assert {(r["framework"], r["implementation"], r["problem"]) for r in outcome.rows} == {
+        (f, "native", p.name) for f in ("reference", "benchfw") for p in problems}
+    figures = read_result(outcome.paths["json"])["figures"]
+    assert figures["threaded_frameworks"] == ["reference", "benchfw"]
+    assert [c["framework"] for c in figures["sgemm_peak"]["candidates"]] == ["reference", "benchfw"]
+    ratios = figures["elementwise_vs_benchfw_native"]  # the peer's figure, named after it
+    assert [(r["framework"], r["implementation"]) for r in ratios] == [("reference", "native")]
 
 
 @pytest.fixture(scope="module")
@@ -162,11 +216,14 @@ def test_the_json_result_has_the_expected_fields(quick_cli_run):
     document = read_result(output / "ops-quick.json")
     figures = document["figures"]
     assert document["name"] == "ops" and document["environment"]["python"]
+    frameworks = d5.frameworks.available()
     assert figures["threads"] == 1 and figures["thread_pools"]["torch"]["num_threads"] == 1
+    assert figures["threaded_frameworks"] == frameworks
     assert figures["sgemm_peak"]["gflops"] > 0 and figures["memory_bandwidth"]["gbytes_per_s"] > 0
-    assert {c["library"] for c in figures["sgemm_peak"]["candidates"]} == {"numpy.matmul", "torch.matmul"}
+    assert {c["library"] for c in figures["sgemm_peak"]["candidates"]} >= {"numpy.matmul", "torch.matmul"}
+    assert {c["framework"] for c in figures["memory_bandwidth"]["candidates"]} == set(frameworks)
     rows = figures["rows"]
-    assert {(r["framework"], r["pass"]) for r in rows} == {(f, p) for f in ("reference", "pytorch")
+    assert {(r["framework"], r["pass"]) for r in rows} == {(f, p) for f in frameworks
                                                           for p in ("forward", "backward")}
     for row in rows:
         assert row["status"] in ("ok", "skipped"), row
@@ -183,6 +240,9 @@ def test_the_json_result_has_the_expected_fields(quick_cli_run):
     assert len(fractions) == sum(1 for r in gemm_conv if r["framework"] == "reference") == 6
     assert any("SGEMM peak" in line for line in figures["summary"])
     implementations = {(r["framework"], r["implementation"]) for r in rows if r["problem"] == "ipow3_4k"}
-    assert {("reference", "IPowOp (Python)"), ("pytorch", "native"), ("pytorch", "IPowOp (Python)"),
-            ("reference", "ipowop (C++)"), ("pytorch", "ipowop (C++)")} == implementations
+    assert implementations >= {(f, name) for f in ("reference", "pytorch")
+                               for name in ("native", "IPowOp (Python)", "ipowop (C++)")}
+    ratios = {(r["problem"], r["framework"], r["implementation"]) for r in figures["elementwise_vs_torch_native"]}
+    assert ("ipow3_4k", "pytorch", "ipowop (C++)") in ratios and ("relu_4k", "reference", "native") in ratios
+    assert not {key for key in ratios if key[1:] == ("pytorch", "native")}  # the peer is the denominator
     assert [p["name"] for p in document["extra"]["problems"]] == [p.name for p in quick_subset()]

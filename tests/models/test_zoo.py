@@ -69,7 +69,8 @@ def test_seeds_make_models_reproducible():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: resnet(21), r"6n\+2"), (lambda: resnet(19, "imagenet"), "no ImageNet ResNet"),
+    (lambda: resnet(21), r"6n\+2"), (lambda: resnet(18), r"dataset=.imagenet."),
+    (lambda: resnet(19, "imagenet"), "no ImageNet ResNet"),
     (lambda: resnet(20, "svhn"), "unknown dataset"), (lambda: resnet(20, shortcut="C"), "shortcut"),
     (lambda: resnet(18, "imagenet", input_shape=(3, 16, 16)), "H, W >= 32"),
     (lambda: wide_resnet(15, 2), r"6n\+4"), (lambda: lstm_lm(hidden=0), "hidden"),

@@ -13,7 +13,6 @@ Importing this package imports torch; ``import d5`` does not.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -25,35 +24,32 @@ require_installed("pytorch")  # a d5 error naming the extra, not a bare ModuleNo
 import torch  # noqa: E402
 
 from d5.errors import GraphError  # noqa: E402
-from d5.frameworks.base import NATIVE_LOSSES, Capabilities, add_native_loss  # noqa: E402, F401 (NATIVE_LOSSES: re-export)
+from d5.frameworks.base import (DEFAULT_FALLBACK, NATIVE_LOSSES, Capabilities, from_onnx_of,  # noqa: E402, F401
+                                native_network)
 from d5.frameworks.pytorch.custom_op import custom_op, native_op  # noqa: E402
-from d5.frameworks.pytorch.executor import NativeModuleOp, PyTorchGraphExecutor, torch_device  # noqa: E402
+from d5.frameworks.pytorch.executor import NativeModuleOp, PyTorchGraphExecutor  # noqa: E402
 from d5.frameworks.pytorch.optimizers import (AdaGradOptimizer, AdamOptimizer, AdamWOptimizer, GradientDescent,  # noqa: E402
                                               MomentumOptimizer, RMSPropOptimizer)
+from d5.frameworks.pytorch.tensors import torch_device  # noqa: E402
 from d5.network.graph import Network  # noqa: E402
 
 NAME = "pytorch"
 
-CAPABILITIES = Capabilities(gpu=True, native_operators=True, fallback=True, trainable=True, custom_ops=("python", "cpp"),
-                            zero_copy_fetch=True)
+CAPABILITIES = Capabilities(gpu=True, trainable=True, custom_ops=("python", "cpp"), zero_copy_fetch=True)
 
 
-def from_model(network: Network, device: Any = None, strict: bool = False, compile: bool = False,
-               fallback: bool = True) -> PyTorchGraphExecutor:
+def from_model(network: Network, *, device: Any = None, fallback: Any = DEFAULT_FALLBACK,
+               compile: bool = False) -> PyTorchGraphExecutor:
     """An executor running ``network`` (copied: ``executor.graph``) with native torch operators.
 
-    Operators without a torch mapping run the reference implementation through the custom-op bridge, with a
-    warning naming them; ``strict=True`` (or ``fallback=False``) refuses them with UnsupportedOperatorError.
+    ``fallback`` (:data:`d5.frameworks.base.FALLBACKS`): by default operators without a torch mapping run the
+    reference implementation through the custom-op bridge, with a warning naming them; ``'none'`` refuses them
+    with UnsupportedOperatorError, ``'onnx'`` also runs operators d5 does not implement on onnx.reference.
     ``compile=True`` wraps the generated module in ``torch.compile``."""
-    return PyTorchGraphExecutor(network, device=device, strict=strict or not fallback, compile=compile)
+    return PyTorchGraphExecutor(network, device=device, fallback=fallback, compile=compile)
 
 
-def from_onnx(source: str | os.PathLike | bytes | Any, device: Any = None, strict: bool = False,
-              external_data_dir: str | os.PathLike | None = None, fallback: bool = True) -> PyTorchGraphExecutor:
-    """An executor for an ONNX model (a path, the file's bytes or an ``onnx.ModelProto``)."""
-    from d5.network.onnx_import import load_onnx
-
-    return from_model(load_onnx(source, external_data_dir), device=device, strict=strict, fallback=fallback)
+from_onnx = from_onnx_of(from_model)
 
 
 def from_native(module: torch.nn.Module, loss: Any = None, inputs: Mapping[str, Sequence | None] | None = None, *,
@@ -77,21 +73,14 @@ def from_native(module: torch.nn.Module, loss: Any = None, inputs: Mapping[str, 
     if not isinstance(module, torch.nn.Module):
         raise GraphError(f"from_native wraps a torch.nn.Module, got {type(module).__name__}; for a d5.Network use "
                          "from_model")
+    PyTorchGraphExecutor.check_device(device)
     module.to(torch_device(device))  # before the live state takes its tensors
-    inputs = dict(inputs or {"input": None})
-    network = Network(f"native_{type(module).__name__}")
-    for name, shape in inputs.items():
-        network.add_input(name, shape, input_dtype)
-    for name, param in module.named_parameters():
-        network.add_param(name, param.detach().cpu().numpy(), trainable=param.requires_grad)
-    for name, buffer in module.named_buffers():
-        network.add_param(name, buffer.detach().cpu().numpy(), trainable=False)
-    network.add_custom_node(NativeModuleOp(module), list(inputs), ["output"], name="model")
-    network.add_output("output")
-    if loss is not None:
-        native_loss = NativeModuleOp(loss, loss_of=module) if callable(loss) and not isinstance(loss, str) else None
-        add_native_loss(network, loss, native_loss, input_dtype, label_dtype,
-                        "a torch loss such as torch.nn.CrossEntropyLoss()")
+    params = [(name, param.detach().cpu().numpy(), param.requires_grad) for name, param in module.named_parameters()]
+    params += [(name, buffer.detach().cpu().numpy(), False) for name, buffer in module.named_buffers()]
+    native_loss = NativeModuleOp(loss, loss_of=module) if callable(loss) and not isinstance(loss, str) else None
+    network = native_network(module, NativeModuleOp(module), dict(inputs or {"input": None}), input_dtype, params,
+                             loss, native_loss, label_dtype, "a torch loss such as torch.nn.CrossEntropyLoss()",
+                             params_are_inputs=False)
     return PyTorchGraphExecutor(network, device=device)
 
 

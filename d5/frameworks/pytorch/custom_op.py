@@ -23,14 +23,16 @@ normalization's running statistics) is copied into the input tensors, which are 
 """
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
 import torch
 
-from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.errors import ShapeError
 from d5.frameworks.allocator import keep_freed_memory
+from d5.frameworks.native_executor import check_custom_op, unreferenced
+from d5.frameworks.pytorch.operators import create_operator
+from d5.frameworks.pytorch.tensors import as_module_value, as_numpy_value
 from d5.ops.cpp_op import BoundKernel, CppOp
 from d5.ops.operator import CustomOp, as_tuple
 
@@ -62,8 +64,7 @@ class CppOpModule(CustomOpModule):
 
 def custom_op(op: CustomOp) -> CustomOpModule:
     """``op`` as a torch module with autograd (see the module docstring)."""
-    if not isinstance(op, CustomOp):
-        raise UnsupportedOperatorError(f"custom_op expects a d5.ops.CustomOp, got {type(op).__name__}")
+    check_custom_op(op, "pytorch")
     # The bridge allocates its outputs and gradients every call: with glibc's defaults each large one is mapped
     # and faulted in anew (4 MB: ~1 ms), so it keeps freed memory as d5's executors do.
     keep_freed_memory()
@@ -78,31 +79,37 @@ class NativeOp(CustomOp):
 
     def __init__(self, op_type: str, attributes: dict[str, Any], opset: int | None = None) -> None:
         super().__init__()
-        from d5.frameworks.pytorch.operators import create_operator
-
         self.op_type = op_type
         self.module = create_operator(op_type, attributes, opset)
+        self._state: dict[int, np.ndarray] = {}
 
     def _run(self, inputs: Any, grad: bool) -> tuple[list[Any], tuple[Any, ...]]:
-        from d5.frameworks.pytorch.executor import as_module_value
-
         self.module.train(self.training)
         self.module.node_output_count = self.node_output_count
-        tensors = [as_module_value(x, torch.device("cpu")) for x in inputs]
+        # Copies, never the caller's arrays (from_numpy would view them): a converter may update state in place
+        # (BatchNormalization's running statistics), which forward reports through state_updates() instead.
+        tensors = [t.clone() if isinstance(t, torch.Tensor) else t
+                   for t in (as_module_value(x, torch.device("cpu")) for x in inputs)]
         if grad:
+            wanted = self.input_grad_required  # as executors pass it: no gradient asked of running statistics
             tensors = [t.detach().requires_grad_(True) if isinstance(t, torch.Tensor) and t.is_floating_point()
-                       else t for t in tensors]
+                       and (wanted is None or (i < len(wanted) and wanted[i])) else t for i, t in enumerate(tensors)]
         with torch.set_grad_enabled(grad):
             outputs = self.module(*tensors)
         return tensors, outputs if isinstance(outputs, tuple) else (outputs,)
 
     def forward(self, inputs: Any) -> Any:
-        from d5.frameworks.pytorch.executor import as_numpy_value
-
-        _, outputs = self._run(inputs, grad=False)
+        tensors, outputs = self._run(inputs, grad=False)
+        self._state = {index: tensor.numpy() for index, tensor in enumerate(tensors)
+                       if isinstance(tensor, torch.Tensor) and isinstance(inputs[index], np.ndarray)
+                       and _changed(tensor.numpy(), inputs[index])}
         results = tuple(np.array(as_numpy_value(o), copy=True) if isinstance(o, torch.Tensor) else o
                         for o in outputs)
         return results[0] if len(results) == 1 else results
+
+    def state_updates(self) -> dict[int, Any]:
+        """The inputs the converter updated in place in the last forward (running statistics), by position."""
+        return dict(self._state)
 
     def backward(self, grads: Any, fwd_inputs: Any, fwd_outputs: Any) -> Any:
         # Recomputed from the inputs rather than kept from forward: correct whatever ran in between (a gradient
@@ -122,6 +129,11 @@ class NativeOp(CustomOp):
             else:
                 result.append(None)
         return result[0] if len(result) == 1 else tuple(result)
+
+
+def _changed(after: np.ndarray, before: np.ndarray) -> bool:
+    """Whether a converter wrote into an input (bitwise: NaN inputs are unchanged NaN)."""
+    return after.shape != before.shape or after.dtype != before.dtype or after.tobytes() != before.tobytes()
 
 
 def native_op(op_type: str, opset: int | None = None, **attributes: Any) -> NativeOp:
@@ -215,8 +227,6 @@ def _guarded_empty(kernel: BoundKernel, shape: Any, dtype: torch.dtype) -> torch
 def _numpy(value: Any) -> Any:
     """An input as the op takes it: NumPy for a tensor; values torch cannot hold (sequences, strings, int4...)
     arrive as they are."""
-    from d5.frameworks.pytorch.executor import as_numpy_value
-
     return as_numpy_value(value) if isinstance(value, torch.Tensor) else value
 
 
@@ -227,34 +237,15 @@ def _as_result(value: Any) -> Any:
 
 def _as_output(results: list, index: int, device: torch.device) -> Any:
     """Result ``index`` as a torch tensor, or as itself where torch cannot hold it. The array is handed over
-    without a copy when nothing else can reach its memory (:func:`_unreferenced`), else copied: the op may keep
+    without a copy when nothing else can reach its memory (:func:`unreferenced`), else copied: the op may keep
     and reuse an array it returned, or return a view of an input."""
-    from d5.frameworks.pytorch.executor import as_module_value
-
     if isinstance(results[index], np.ndarray):
-        return as_module_value(results[index] if _unreferenced(results, index) else np.array(results[index]), device)
+        return as_module_value(results[index] if unreferenced(results, index) else np.array(results[index]), device)
     return as_module_value(results[index], device)
 
 
 def _as_tensor(values: tuple, index: int, dtype: np.dtype) -> torch.Tensor:
-    """A gradient the op returned as a tensor of ``dtype``, without a copy where :func:`_unreferenced` allows."""
-    if _unreferenced(values, index) and values[index].dtype == dtype and values[index].flags.c_contiguous:
+    """A gradient the op returned as a tensor of ``dtype``, without a copy where :func:`unreferenced` allows."""
+    if unreferenced(values, index) and values[index].dtype == dtype and values[index].flags.c_contiguous:
         return torch.from_numpy(values[index])
     return torch.from_numpy(np.array(values[index], dtype=dtype, order="C"))
-
-
-_BASELINE_REFERENCES: list[int] = []
-
-
-def _unreferenced(items: list | tuple, index: int) -> bool:
-    """Whether ``items[index]`` is an array that owns its memory and that nothing but ``items`` refers to -- not
-    the op (keeping it to reuse), not a view (a view refers to its base). Then no one else can change it, and
-    torch may take it without a copy, which for 1M floats saves ~0.1-0.3 ms a call. The count is compared with
-    that of a fresh array in a fresh list, measured here the same way, so the interpreter's own references
-    (arguments, the stack) are the same on both sides."""
-    if not _BASELINE_REFERENCES:
-        _BASELINE_REFERENCES.append(sys.getrefcount([np.empty(1)][0]))
-    if sys.getrefcount(items[index]) > _BASELINE_REFERENCES[0] + 1:  # + 1: held by `items`
-        return False
-    value = items[index]
-    return isinstance(value, np.ndarray) and value.flags.owndata and value.base is None

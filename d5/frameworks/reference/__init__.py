@@ -9,13 +9,13 @@
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from d5.errors import GraphError
-from d5.frameworks.base import NATIVE_LOSSES, Capabilities, add_native_loss  # noqa: F401 (NATIVE_LOSSES: re-export)
+from d5.frameworks.base import (DEFAULT_FALLBACK, NATIVE_LOSSES, Capabilities,  # noqa: F401 (NATIVE_LOSSES: re-export)
+                                from_onnx_of, native_network)
 from d5.frameworks.reference.custom_op import custom_op, native_op
 from d5.frameworks.reference.executor import ReferenceGraphExecutor
 from d5.frameworks.reference.kernels import num_threads, set_num_threads
@@ -24,32 +24,25 @@ from d5.ops.operator import CustomOp, CustomPythonOp, Gradient
 
 NAME = "reference"
 
-CAPABILITIES = Capabilities(gpu=False, native_operators=True, fallback=True, trainable=True,
-                            custom_ops=("python", "cpp"), zero_copy_fetch=True)
+CAPABILITIES = Capabilities(gpu=False, trainable=True, custom_ops=("python", "cpp"), zero_copy_fetch=True)
 
 
-def from_model(network: Network, device: Any = None, fallback: bool = False) -> ReferenceGraphExecutor:
+def from_model(network: Network, *, device: Any = None, fallback: Any = DEFAULT_FALLBACK) -> ReferenceGraphExecutor:
     """An executor running ``network`` (copied: ``executor.graph``; ``executor.network`` is the live state) on
     the reference framework.
 
-    ``fallback=True`` runs operators d5 does not implement on onnx.reference (inference only, with a warning
-    naming them); otherwise they raise UnsupportedOperatorError."""
-    return ReferenceGraphExecutor(network, device=device, fallback=fallback)
-
-
-def from_onnx(source: str | os.PathLike | bytes | Any, device: Any = None, fallback: bool = False,
-              external_data_dir: str | os.PathLike | None = None) -> ReferenceGraphExecutor:
-    """An executor for an ONNX model (a path, the file's bytes or an ``onnx.ModelProto``): ``d5.load_onnx``
-    then :func:`from_model`.
+    ``fallback`` (:data:`d5.frameworks.base.FALLBACKS`): ``'onnx'`` runs operators d5 does not implement on
+    onnx.reference (inference only, with a warning naming them); otherwise they raise UnsupportedOperatorError.
 
     >>> import d5
     >>> from d5.frameworks import reference
     >>> reference.from_onnx(d5.models.lenet5().to_onnx()).graph.outputs
     ['output', 'loss']
     """
-    from d5.network.onnx_import import load_onnx
+    return ReferenceGraphExecutor(network, device=device, fallback=fallback)
 
-    return from_model(load_onnx(source, external_data_dir), device=device, fallback=fallback)
+
+from_onnx = from_onnx_of(from_model)
 
 
 def from_native(model: CustomOp | Callable[..., np.ndarray], loss: str | CustomOp | None = None, *,
@@ -79,15 +72,10 @@ def from_native(model: CustomOp | Callable[..., np.ndarray], loss: str | CustomO
     (4.0, [4.0, 4.0])
     """
     op = model if isinstance(model, CustomOp) else _callable_op(model)
-    network = Network(f"native_{type(model).__name__}")
-    network.add_input("input", None, input_dtype)
-    for name, value in (params or {}).items():
-        network.add_param(name, value)
-    network.add_custom_node(op, ["input", *(params or {})], ["output"], name="model")
-    network.add_output("output")
-    if loss is not None:
-        add_native_loss(network, loss, loss if isinstance(loss, CustomOp) else None, input_dtype, input_dtype,
-                        "a d5.ops.CustomOp taking [output, label]")
+    network = native_network(model, op, {"input": None}, input_dtype,
+                             [(name, value, True) for name, value in (params or {}).items()], loss,
+                             loss if isinstance(loss, CustomOp) else None, input_dtype,
+                             "a d5.ops.CustomOp taking [output, label]", params_are_inputs=True)
     return from_model(network, device=device)
 
 

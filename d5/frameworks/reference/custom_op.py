@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from d5.errors import UnsupportedOperatorError
+from d5.frameworks.native_executor import check_custom_op
 from d5.ops.operator import CustomOp
 
 
@@ -18,9 +18,7 @@ def custom_op(op: CustomOp) -> CustomOp:
     >>> custom_op(Double()).forward([np.ones(2)])
     array([2., 2.])
     """
-    if not isinstance(op, CustomOp):
-        raise UnsupportedOperatorError(f"custom_op expects a d5.ops.CustomOp, got {type(op).__name__}")
-    return op
+    return check_custom_op(op, "reference")
 
 
 def native_op(op_type: str, opset: int | None = None, **attributes: Any) -> CustomOp:

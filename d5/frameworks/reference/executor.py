@@ -1,40 +1,27 @@
 """The reference GraphExecutor: runs a d5.Network node by node with the NumPy/C++ reference operators.
 
 It is the oracle every other framework is checked against, so it favours plain, auditable code; it is
-still fast enough to train LeNet-5 on Fashion-MNIST (the heavy operators call C++ kernels and BLAS).
+still fast enough to train LeNet-5 on Fashion-MNIST (the heavy operators call C++ kernels and BLAS). What every
+framework's executor does alike (operators per node, the fallback policy, plans per fed inputs) is
+:class:`d5.frameworks.native_executor.NativeExecutor`'s.
 """
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from d5.errors import D5Error, GraphError, UnsupportedOperatorError
-from d5.frameworks.base import FrameworkExecutor
-from d5.frameworks.reference.operators import create_operator, supported_operators
+from d5.frameworks.native_executor import (FallbackWarning, NativeExecutor, NativeLiveNetwork, Reach,  # noqa: F401
+                                           Step as _Step)
+from d5.frameworks.reference.operators import create_operator
 from d5.frameworks.reference.kernels import serial_numpy_blas
 from d5.network.operator_errors import operator_failure
-from d5.network.executor import LiveNetwork
-from d5.network.graph import Network, Node, gradient_name, like_param, node_captures, require_name
+from d5.network.graph import Network, Node, gradient_name
 from d5.network.memory import check_working_set, tensor_nbytes
 from d5.network.onnx_export import infer_shapes
 from d5.ops.operator import CustomOp, Gradient, as_tuple
-
-
-class FallbackWarning(UserWarning):
-    """Some operators of a network run on the onnx.reference fallback (inference only)."""
-
-
-@dataclasses.dataclass
-class _Step:
-    node: Node
-    op: CustomOp
-    # Trailing omitted optional inputs removed; then, for a control-flow node, the outer-scope tensors its
-    # subgraphs capture: the operator receives their values after the inputs, and planning and the release
-    # schedule see them as read by this step (so they are computed before it and freed only after it).
-    inputs: list[str]
 
 
 @dataclasses.dataclass
@@ -55,7 +42,7 @@ class _Plan:
     release: list[tuple[str, ...]] | None = None
 
 
-class ReferenceLiveNetwork(LiveNetwork):
+class ReferenceLiveNetwork(NativeLiveNetwork):
     """The reference framework's live state: NumPy arrays. ``fetch_tensors`` returns the stored arrays
     themselves; ``feed_tensor`` stores what it is given without a copy when the dtype already matches."""
 
@@ -63,84 +50,34 @@ class ReferenceLiveNetwork(LiveNetwork):
         super().__init__(graph)
         self.param_values = graph.params
 
-    def feed_tensor(self, name: str, value: Any, is_param: bool = False) -> None:
-        require_name(name, "tensor name")
-        current = self.param_values.get(name)
-        if current is not None:
-            self.param_values[name] = like_param(name, value, current)  # no copy when the dtype matches
-        elif is_param:
-            self.param_values[name] = self.graph.add_param(name, value)
-        else:
-            self._pass[name] = value
 
+class ReferenceGraphExecutor(NativeExecutor):
+    """Executes a copy of ``network`` (``executor.graph``) on the CPU; ``executor.network`` is its live state.
+    ``fallback`` is :data:`d5.frameworks.native_executor.FALLBACKS`' (``'onnx'`` runs operators d5 does not
+    implement on onnx.reference, inference only)."""
 
-class ReferenceGraphExecutor(FrameworkExecutor):
-    """Executes a copy of ``network`` (``executor.graph``) on the CPU; ``executor.network`` is its live state."""
+    framework = "reference"
 
-    def __init__(self, network: Network, device: Any = None, fallback: bool = False) -> None:
-        if device is not None and getattr(device, "is_gpu", False):
-            raise D5Error("the reference framework runs on the CPU only; pass device=None or d5.CPUDevice()")
-        super().__init__(network, device)
-        self._fallback_ops: list[str] = []
-        self._steps = [_Step(node, self._make_op(node, fallback), _trim_optional(node.inputs) + node_captures(node))
-                       for node in self.graph.topological_order()]
-        for step in self._steps:
-            step.op.node_output_count = len(step.node.outputs)
-        if self._fallback_ops:
-            warnings.warn(f"d5 reference framework: operators {sorted(set(self._fallback_ops))} are not implemented by "
-                          "d5 and run on onnx.reference (inference only, no gradient)", FallbackWarning, stacklevel=3)
-        self._plans: dict[tuple, _Plan] = {}
+    def __init__(self, network: Network, *, device: Any = None, fallback: Any = "reference") -> None:
+        super().__init__(network, device=device, fallback=fallback)
         self._memory = _MemoryCheck(self.graph)
 
     def make_live_network(self, graph: Network) -> ReferenceLiveNetwork:
         return ReferenceLiveNetwork(graph)
 
-    def operators(self) -> dict[str, CustomOp]:
-        return {step.node.name: step.op for step in self._steps}
-
-    @property
-    def fallback_operators(self) -> list[str]:
-        """Op types running on the onnx.reference fallback (empty unless built with ``fallback=True``)."""
-        return sorted(set(self._fallback_ops))
-
-    def _make_op(self, node: Node, fallback: bool) -> CustomOp:
-        if node.custom_op is not None:
-            return node.custom_op
-        try:
-            op = create_operator(node.op_type, node.attrs, self.graph.opset)  # the node's opset picks the version
-            prepare = getattr(op, "prepare_subgraphs", None)
-            if prepare is not None:  # control flow: build the bodies' executors now, so errors show at once
-                def make_executor(body: Network) -> ReferenceGraphExecutor:
-                    with warnings.catch_warnings():  # this executor reports the bodies' fallback operators
-                        warnings.simplefilter("ignore", FallbackWarning)
-                        return ReferenceGraphExecutor(body, fallback=fallback)
-
-                self._fallback_ops.extend(prepare(make_executor))
-            return op
-        except UnsupportedOperatorError as err:
-            if not fallback or node.op_type in supported_operators():
-                raise UnsupportedOperatorError(f"node {node.name!r}: {err}") from None
-        except Exception as err:  # the backstop, as when the operator runs (operator_failure)
-            raise operator_failure(err, node, [], self.graph.opset, "construction") from err
-        from d5.frameworks.reference.operators._fallback import OnnxReferenceFallbackOp
-        from d5.network.onnx_export import node_to_proto
-
-        self._fallback_ops.append(node.op_type)
-        try:
-            return OnnxReferenceFallbackOp(node_to_proto(node, self.graph.opset), self.graph.opset)
-        except D5Error as err:
-            raise type(err)(f"node {node.name!r}: {err}") from None
+    def native_operator(self, node: Node) -> CustomOp:
+        return create_operator(node.op_type, node.attrs, self.graph.opset)  # the node's opset picks the version
 
     # ------------------------------------------------------------------ public API
     def run_inference(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
-        plan = self._plan(frozenset(feeds), None)
+        plan = self.plan(frozenset(feeds), None)
         self._memory.check(plan, feeds, training=False)
         with serial_numpy_blas():
             values, _ = self._forward(plan, feeds, training=False)
         return {name: values[name] for name in plan.outputs}
 
     def run_training(self, feeds: dict[str, Any], y: str) -> dict[str, np.ndarray]:
-        plan = self._plan(frozenset(feeds), y)
+        plan = self.plan(frozenset(feeds), y)
         self._memory.check(plan, feeds, training=True)
         # The thread policy (kernels.set_num_threads): d5's threads do the work, BLAS runs single-threaded.
         with serial_numpy_blas():
@@ -150,16 +87,15 @@ class ReferenceGraphExecutor(FrameworkExecutor):
             grads = self._backward(plan, values, results_by_node, y)
         params = self.network.param_values
         live = {name: value for name, value in values.items() if name not in params}
-        for param in self.graph.get_params():
-            grad = grads.get(param)
-            live[gradient_name(param)] = grad if grad is not None else np.zeros_like(params[param])
+        live.update(self.gradients_with_zeros({gradient_name(name): grads.get(name) for name in self.graph.get_params()},
+                                              np.zeros_like))
         self.network.set_pass_tensors(live)
         return {name: values[name] for name in plan.outputs}
 
     def run_subgraph(self, feeds: dict[str, Any]) -> list[Any]:
         """Run this executor's network as a control-flow body: ``feeds`` holds values (arrays, lists, None)
         of its inputs and of the outer-scope tensors it captures, unchecked; returns the graph outputs in order."""
-        plan = self._plan(frozenset(feeds), None)
+        plan = self.plan(frozenset(feeds), None)
         if len(plan.outputs) != len(self.graph.outputs):
             missing = [name for name in self.graph.outputs if name not in plan.outputs]
             raise GraphError(f"subgraph {self.graph.name!r} cannot compute its outputs {missing} from {sorted(feeds)}")
@@ -167,32 +103,12 @@ class ReferenceGraphExecutor(FrameworkExecutor):
         return [values[name] for name in plan.outputs]
 
     # ------------------------------------------------------------------ planning
-    def _plan(self, fed: frozenset[str], y: str | None) -> _Plan:
-        key = (fed, y)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = self._make_plan(fed, y)
-        return plan
-
-    def _make_plan(self, fed: frozenset[str], y: str | None) -> _Plan:
-        network = self.graph
-        missing = [name for name in network.inputs if name not in fed]
-        known = set(fed) | set(network.params) | {""}
-        forward = []
-        for step in self._steps:
-            if all(t in known for t in step.inputs):
-                forward.append(step)
-                known.update(step.node.outputs)
-        outputs = [name for name in network.outputs if name in known]
-        if not outputs:
-            raise GraphError(f"no graph output can be computed without inputs {missing}; provide them")
+    def build_plan(self, reach: Reach, y: str | None) -> _Plan:
         if y is None:
-            return _Plan(forward, outputs, release=_release_schedule(forward, outputs))
-        if y not in known:
-            raise GraphError(f"cannot compute {y!r} from the given inputs (missing {missing}) to differentiate it")
+            return _Plan(reach.steps, reach.outputs, release=_release_schedule(reach.steps, reach.outputs))
         # Until the first training pass shows the tensors' dtypes, plan as if every tensor could carry a gradient.
-        backward, requires_grad = _gradient_flow(forward, network.get_params(), y, lambda name: True)
-        return _Plan(forward, outputs, backward, requires_grad)
+        backward, requires_grad = _gradient_flow(reach.steps, self.graph.get_params(), y, lambda name: True)
+        return _Plan(reach.steps, reach.outputs, backward, requires_grad)
 
     # ------------------------------------------------------------------ passes
     def _forward(self, plan: _Plan, feeds: dict[str, np.ndarray], training: bool):
@@ -410,11 +326,3 @@ def _release_schedule(forward: list[_Step], outputs: list[str]) -> list[tuple[st
         if name not in outputs:
             release[index].append(name)
     return [tuple(names) for names in release]
-
-
-def _trim_optional(inputs: list[str]) -> list[str]:
-    """Drop trailing omitted ('') optional inputs, so operators see only the inputs that exist."""
-    inputs = list(inputs)
-    while inputs and not inputs[-1]:
-        inputs.pop()
-    return inputs

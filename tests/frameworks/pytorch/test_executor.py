@@ -1,8 +1,7 @@
-"""The PyTorch executor's own behaviour (the contract suite, tests/frameworks/test_contract.py, covers the rest):
-the reference fallback through the custom-op bridge, strict mode, devices, native optimizers, from_native."""
+"""The PyTorch executor's own behaviour: native optimizers against torch.optim, from_native, the generated fx
+module. What every framework does alike is checked on every framework by the contract suite
+(tests/frameworks/test_contract*.py)."""
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 import pytest
@@ -10,61 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import d5  # noqa: E402
-from d5.errors import (D5Error, DivergenceError, GraphError, OperatorError, ShapeError,  # noqa: E402
-                       UnsupportedOperatorError)
+from d5.errors import GraphError, ShapeError  # noqa: E402
 from d5.frameworks import pytorch, reference  # noqa: E402
-from d5.frameworks.pytorch.executor import FallbackWarning  # noqa: E402
 from d5.network.validation import compare_executors  # noqa: E402
-
-
-def _network_with(op_type: str, **attrs) -> d5.Network:
-    net = d5.Network("one")
-    net.add_input("x", ("N", 4))
-    net.add_node(op_type, ["x"], ["y"], **attrs)
-    net.add_output("y")
-    return net
-
-
-@pytest.fixture
-def unmapped_op_type(monkeypatch) -> str:
-    """An operator the reference implements and torch, for this test, does not map (the fallback's case): its
-    converter is hidden from the registry, so the test does not depend on which operators lack converters."""
-    from d5.frameworks.pytorch.operators import REGISTRY
-
-    REGISTRY.supported()  # loads the converters
-    monkeypatch.setattr(REGISTRY, "_versions", {k: v for k, v in REGISTRY._versions.items() if k != "Softsign"})
-    return "Softsign"
-
-
-def test_unmapped_operators_run_on_the_reference_loudly_and_strict_refuses_them(unmapped_op_type):
-    op_type = unmapped_op_type
-    net = _network_with(op_type)
-    with pytest.warns(FallbackWarning, match=op_type):
-        executor = pytorch.from_model(net)
-    assert executor.fallback_operators == [op_type]
-    x = np.linspace(-2, 2, 8, dtype=np.float32).reshape(2, 4)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # once per executor, at build: running warns no more
-        np.testing.assert_allclose(executor.inference({"x": x})["y"], reference.from_model(net).inference({"x": x})["y"])
-    with pytest.raises(UnsupportedOperatorError, match=f"pytorch.*{op_type}|{op_type}.*pytorch"):
-        pytorch.from_model(net, strict=True)
-
-
-def test_an_operator_nobody_implements_is_refused_when_the_executor_is_built():
-    net = d5.Network("unknown")
-    net.add_input("x", ("N", 4))
-    net.add_node("Relu", ["x"], ["y"])
-    net.add_output("y")
-    net.nodes[0].op_type = "NoSuchOp"  # what a hand-edited graph may hold; validation has no schema for it
-    with pytest.raises((UnsupportedOperatorError, D5Error), match="NoSuchOp"):
-        pytorch.from_model(net)
-
-
-def test_a_gpu_this_machine_lacks_is_a_d5_error():
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
-    with pytest.raises(D5Error, match="CPU"):
-        pytorch.from_model(d5.models.lenet5(), device=d5.GPUDevice(0))
 
 
 def test_native_momentum_optimizer_matches_a_hand_written_torch_loop():
@@ -129,20 +76,6 @@ def test_converters_plan_each_input_shape_anew():
             np.testing.assert_allclose(ours[name], expected[name], rtol=1e-5, atol=1e-6)
 
 
-def test_a_nan_loss_is_a_divergence_error_before_any_update():
-    executor = pytorch.from_model(d5.models.mlp((4,), hidden=(3,), num_classes=2))
-    optimizer = pytorch.MomentumOptimizer(executor, lr=0.1)
-    before = executor.network.fetch_tensor("fc2.weight").copy()
-    with pytest.raises(DivergenceError, match="step 1"):
-        optimizer.step({"input": np.full((2, 4), np.nan, np.float32), "label": np.array([0, 1])})
-    np.testing.assert_array_equal(executor.network.fetch_tensor("fc2.weight"), before)
-
-
-def test_native_optimizers_need_a_pytorch_executor():
-    with pytest.raises(D5Error, match="pytorch executor"):
-        pytorch.MomentumOptimizer(reference.from_model(d5.models.lenet5()))
-
-
 def test_from_native_trains_a_users_module_in_place_like_torch():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
@@ -179,7 +112,7 @@ def test_the_generated_module_is_a_torch_fx_graph_module_per_fed_input_set():
     batch = {"input": np.zeros((2, 1, 28, 28), np.float32), "label": np.array([1, 2])}
     assert sorted(executor.inference({"input": batch["input"]})) == ["output"]
     executor.inference_and_backprop(batch)
-    modules = [entry[0].__self__ for entry in executor._modules.values()]  # the bound generated forward
+    modules = [entry[0].__self__ for entry in executor._plans.values()]  # the bound generated forward
     assert len(modules) == 2 and all(isinstance(m, torch.fx.GraphModule) for m in modules)
     assert compare_executors(executor, reference.from_model(d5.models.lenet5()), batch)
 
@@ -215,72 +148,6 @@ def test_from_native_names_the_model_and_the_loss_when_they_do_not_fit():
     batch = {"input": np.ones((5, 2, 2), np.float32), "label": np.zeros((5, 7), np.int64)}
     with pytest.raises(ShapeError, match=r"Sequential \(shape \(5, 3\).*CrossEntropyLoss.*\(5, 7\)"):
         executor.inference_and_backprop(batch)
-
-
-def test_errors_escaping_torch_become_d5_errors_naming_the_node():
-    executor = pytorch.from_model(d5.models.lenet5())
-    batch = {"input": np.ones((5, 1, 28, 28), np.float32), "label": np.full(5, 12)}
-    with pytest.raises(ShapeError, match="node 'loss'.*label 12 is out of range"):  # the reference's error
-        executor.inference_and_backprop(batch)
-    net = _network_with("Relu")
-    net.add_node("Gemm", ["y", "w"], ["z"])
-    net.add_param("w", np.ones((3, 2), np.float32))  # (N, 4) @ (3, 2): only the running shapes disagree
-    net.add_output("z")
-    with pytest.raises(OperatorError, match=r"node 'Gemm_\d' \(Gemm\).*\(2, 4\)"):
-        pytorch.from_model(net).inference({"x": np.ones((2, 4), np.float32)})
-
-
-def _string_round_trip() -> d5.Network:
-    net = d5.Network("strings")
-    net.add_input("x", ("N",), np.float32)
-    net.add_node("Cast", ["x"], ["s"], to=8)  # to STRING: torch cannot hold it
-    net.add_node("Cast", ["s"], ["y"], to=1)
-    net.add_node("Mul", ["y", "x"], ["z"])
-    net.add_output("z")
-    net.add_output("s")
-    return net
-
-
-def test_values_torch_cannot_hold_run_on_the_reference_and_strict_says_which():
-    with pytest.warns(FallbackWarning, match="Cast"):
-        executor = pytorch.from_model(_string_round_trip())
-    x = np.array([1.5, -2.0], np.float32)
-    out = executor.inference({"x": x})
-    np.testing.assert_array_equal(out["z"], x * x)
-    assert out["s"].dtype == object and list(out["s"]) == list(reference.from_model(_string_round_trip())
-                                                                  .inference({"x": x})["s"])
-    with pytest.raises(UnsupportedOperatorError, match=r"cannot hold the values of 'Cast' \('s' is a tensor\(object"):
-        pytorch.from_model(_string_round_trip(), strict=True)
-
-
-def test_sequences_pass_through_the_bridge():
-    net = d5.Network("sequence")
-    net.add_input("x", (6, 2), np.float32)
-    net.add_node("SplitToSequence", ["x"], ["seq"], axis=0)
-    net.add_node("ConcatFromSequence", ["seq"], ["y"], axis=1)
-    net.add_node("Relu", ["y"], ["z"])
-    net.add_output("z")
-    net.add_output("seq")
-    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(6, 2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FallbackWarning)
-        out = pytorch.from_model(net).inference({"x": x})
-    expected = reference.from_model(net).inference({"x": x})
-    np.testing.assert_array_equal(out["z"], expected["z"])
-    assert isinstance(out["seq"], list) and len(out["seq"]) == 6
-
-
-def test_bfloat16_tensors_cross_in_and_out_as_ml_dtypes_arrays():
-    import ml_dtypes
-
-    net = d5.Network("bf16")
-    net.add_input("x", ("N",), ml_dtypes.bfloat16)
-    net.add_node("Relu", ["x"], ["y"])
-    net.add_output("y")
-    x = np.array([-1.5, 2.25, 3.0], ml_dtypes.bfloat16)
-    y = pytorch.from_model(net, strict=True).inference({"x": x})["y"]
-    assert y.dtype == np.dtype(ml_dtypes.bfloat16)
-    np.testing.assert_array_equal(y.astype(np.float32), [0.0, 2.25, 3.0])
 
 
 def test_the_fused_cross_entropy_keeps_onnx_weights_and_ignore_index():

@@ -54,7 +54,7 @@ def test_outputs_sized_by_data_are_refused_naming_the_node():
     # the pass; with the check out of the way the operator's own check refuses the tensor.
     with pytest.raises(InsufficientMemoryError, match="'zeros'"):
         executor.inference({})
-    executor._memory._checked.add((id(executor._plan(frozenset(), None)), False, ()))
+    executor._memory._checked.add((id(executor.plan(frozenset(), None)), False, ()))
     with pytest.raises(InsufficientMemoryError, match=r"node 'mask' \(ConstantOfShape\).*256.0 TiB"):
         executor.inference({})
 

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import scalar
-from d5.ops.onnx_semantics import as_text, normalize_axis
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import normalize_axis
 
 
 class _Unary(TorchOp):
@@ -59,9 +60,9 @@ class HardSwish(_Unary):
 
 @register("LeakyRelu")
 class LeakyRelu(TorchOp):
-    def __init__(self, alpha: float = 0.01) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha = float(alpha)
+        adopt(self, operator_attributes("LeakyRelu", attributes))
 
     def forward(self, x):
         return F.leaky_relu(x, self.alpha)
@@ -69,9 +70,9 @@ class LeakyRelu(TorchOp):
 
 @register("Elu")
 class Elu(TorchOp):
-    def __init__(self, alpha: float = 1.0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha = float(alpha)
+        adopt(self, operator_attributes("Elu", attributes))
 
     def forward(self, x):
         return F.elu(x, self.alpha)
@@ -79,9 +80,9 @@ class Elu(TorchOp):
 
 @register("Celu")
 class Celu(TorchOp):
-    def __init__(self, alpha: float = 1.0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha = float(alpha)
+        adopt(self, operator_attributes("Celu", attributes))
 
     def forward(self, x):
         return F.celu(x, self.alpha)
@@ -89,9 +90,9 @@ class Celu(TorchOp):
 
 @register("Selu")
 class Selu(TorchOp):
-    def __init__(self, alpha: float = 1.67326319217681884765625, gamma: float = 1.05070102214813232421875) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha, self.gamma = float(alpha), float(gamma)
+        adopt(self, operator_attributes("Selu", attributes))
 
     def forward(self, x):
         return self.gamma * torch.where(x > 0, x, self.alpha * torch.expm1(torch.clamp(x, max=0)))
@@ -99,9 +100,9 @@ class Selu(TorchOp):
 
 @register("ThresholdedRelu")
 class ThresholdedRelu(TorchOp):
-    def __init__(self, alpha: float = 1.0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha = float(alpha)
+        adopt(self, operator_attributes("ThresholdedRelu", attributes))
 
     def forward(self, x):
         return torch.where(x > self.alpha, x, torch.zeros_like(x))
@@ -109,11 +110,9 @@ class ThresholdedRelu(TorchOp):
 
 @register("Gelu")
 class Gelu(TorchOp):
-    def __init__(self, approximate="none") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.approximate = as_text(approximate)
-        if self.approximate not in ("none", "tanh"):
-            raise ShapeError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        adopt(self, operator_attributes("Gelu", attributes))
 
     def forward(self, x):
         return F.gelu(x, approximate=self.approximate)
@@ -121,9 +120,9 @@ class Gelu(TorchOp):
 
 @register("HardSigmoid")
 class HardSigmoid(TorchOp):
-    def __init__(self, alpha: float = 0.2, beta: float = 0.5) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha, self.beta = float(alpha), float(beta)
+        adopt(self, operator_attributes("HardSigmoid", attributes))
 
     def forward(self, x):
         return torch.clamp(x * self.alpha + self.beta, 0, 1)
@@ -145,9 +144,9 @@ class Shrink(TorchOp):
     """``X + bias`` where ``X < -lambd``, ``X - bias`` where ``X > lambd``, 0 elsewhere (any numeric type; the
     bias in X's type, as the reference); gradient 1 outside ``[-lambd, lambd]``."""
 
-    def __init__(self, bias: float = 0.0, lambd: float = 0.5) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.bias, self.lambd = float(bias), float(lambd)
+        adopt(self, operator_attributes("Shrink", attributes))
 
     def forward(self, x):
         bias = self.bias if x.is_floating_point() else int(self.bias)  # NumPy's astype truncates toward zero
@@ -167,9 +166,9 @@ def _swish(x: torch.Tensor, alpha: float) -> torch.Tensor:
 class Swish(TorchOp):
     """``X * sigmoid(alpha * X)`` (SiLU for ``alpha=1``)."""
 
-    def __init__(self, alpha: float = 1.0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha = float(alpha)
+        adopt(self, operator_attributes("Swish", attributes))
 
     def forward(self, x):
         if x.dtype in _NARROW_FLOATS:
@@ -181,9 +180,9 @@ class Swish(TorchOp):
 class SwiGLU(TorchOp):
     """``Swish_alpha(A) * B`` for A and B of one shape (no broadcasting)."""
 
-    def __init__(self, alpha: float = 1.0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha = float(alpha)
+        adopt(self, operator_attributes("SwiGLU", attributes))
 
     def forward(self, a, b=None):
         if b is None:
@@ -199,9 +198,11 @@ class SwiGLU(TorchOp):
 
 @register("Softmax", since=13)
 class Softmax(TorchOp):
-    def __init__(self, axis: int = -1) -> None:
+    op_name = "Softmax"
+
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
+        adopt(self, operator_attributes(self.op_name, attributes, opset=13))
 
     def forward(self, x):
         return self._apply(x, normalize_axis(type(self).__name__, self.axis, x.dim()))
@@ -217,12 +218,16 @@ class Softmax(TorchOp):
 
 @register("LogSoftmax", since=13)
 class LogSoftmax(Softmax):
+    op_name = "LogSoftmax"
+
     def _apply(self, x, axis):
         return torch.log_softmax(x, axis)
 
 
 @register("Hardmax", since=13)
 class Hardmax(Softmax):
+    op_name = "Hardmax"
+
     def _apply(self, x, axis):
         if x.numel() == 0:
             return torch.zeros_like(x)
@@ -233,9 +238,9 @@ class Hardmax(Softmax):
 class _CoercedTo2D:
     """Opsets 1-12: the input coerced to 2-D at ``axis`` (default 1), each row normalized."""
 
-    def __init__(self, axis: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__(axis=-1)
-        self.coerce_axis = int(axis)
+        self.coerce_axis = operator_attributes(self.op_name, attributes, opset=12).axis
 
     def forward(self, x):
         axis = normalize_axis(type(self).__name__, self.coerce_axis, x.dim())
@@ -265,12 +270,12 @@ class Dropout(TorchOp):
     mask comes from torch's generator (seeded by ``seed`` when given), so it differs from the reference's
     NumPy stream; the deterministic cases (inactive, ratio 0) are identical."""
 
-    def __init__(self, seed: int | None = None, ratio: float | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.default_ratio = 0.5 if ratio is None else float(ratio)
+        adopt(self, operator_attributes("Dropout", attributes))
         self._generator = None
-        if seed is not None:
-            self._generator = torch.Generator().manual_seed(int(seed) % 2 ** 63)
+        if self.seed is not None:
+            self._generator = torch.Generator().manual_seed(self.seed % 2 ** 63)
 
     def random_state(self):
         """The seeded generator's state as a uint8 array (None: masks come from torch's global generator, which
@@ -282,7 +287,7 @@ class Dropout(TorchOp):
             self._generator.set_state(torch.from_numpy(np.asarray(state, dtype=np.uint8).copy()))
 
     def forward(self, data, ratio=None, training_mode=None):
-        ratio = self.default_ratio if ratio is None else scalar(ratio, float)
+        ratio = self.ratio if ratio is None else scalar(ratio, float)
         if not 0.0 <= ratio <= 1.0:
             raise ShapeError(f"Dropout: ratio must be in [0, 1], got {ratio}; pass the drop probability")
         active = (self.training or (training_mode is not None and scalar(training_mode, bool))) and ratio > 0.0

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
+from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import broadcast_shape
 
 # qk_matmul_output_mode values: what the fourth output holds.
@@ -76,23 +77,9 @@ class Attention(TorchOp):
     [[0.0, 1.0, 2.0, 3.0], [2.0, 3.0, 4.0, 5.0]]
     """
 
-    def __init__(self, is_causal: int = 0, kv_num_heads: int = 0, q_num_heads: int = 0,
-                 qk_matmul_output_mode: int = 0, scale: float | None = None, softcap: float = 0.0,
-                 softmax_precision: int | None = None, left_window_size: int = -1,
-                 right_window_size: int = -1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.is_causal = bool(is_causal)
-        self.kv_num_heads, self.q_num_heads = int(kv_num_heads), int(q_num_heads)
-        self.qk_mode = int(qk_matmul_output_mode)
-        if self.qk_mode not in (_QK_RAW, _QK_SOFTCAPPED, _QK_WITH_BIAS, _QK_SOFTMAX):
-            raise ShapeError(f"Attention: qk_matmul_output_mode must be 0, 1, 2 or 3, got {qk_matmul_output_mode}")
-        self.scale = None if scale is None else float(scale)
-        self.softcap = float(softcap)
-        self.softmax_precision = softmax_precision
-        self.left, self.right = int(left_window_size), int(right_window_size)
-        if self.left < -1 or self.right < -1:
-            raise ShapeError("Attention: left_window_size and right_window_size must be -1 (unbounded) or >= 0, "
-                             f"got {left_window_size} and {right_window_size}")
+        adopt(self, operator_attributes("Attention", attributes))
 
     def forward(self, q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None):
         if q is None or k is None or v is None:
@@ -138,7 +125,7 @@ class Attention(TorchOp):
         # Only the causal mask without past keys: SDPA's own is_causal (top-left aligned, which is ONNX's
         # bottom-right alignment when no key precedes the queries) needs no bias and lets SDPA pick its kernels.
         if fused and self.is_causal and attn_mask is None and past_len == 0 and nonpad_kv_seqlen is None \
-                and self.left < 0 and self.right < 0:
+                and self.left_window_size < 0 and self.right_window_size < 0:
             y, debug = self._fused(q, k, v, None, None, scale, causal=True), None
         else:
             bias = self._bias(attn_mask, q_len, kv_len, past_len, nonpad_kv_seqlen, batch, dtype, q.device)
@@ -197,7 +184,7 @@ class Attention(TorchOp):
             probabilities = torch.where(empty, torch.zeros((), dtype=probabilities.dtype), probabilities)
         y = torch.matmul(probabilities, v)
         debug = {_QK_RAW: raw, _QK_SOFTCAPPED: scores, _QK_WITH_BIAS: biased, _QK_SOFTMAX: probabilities}
-        return y, debug[self.qk_mode]
+        return y, debug[self.qk_matmul_output_mode]
 
     def _bias(self, mask, q_len, kv_len, past_len, nonpad, batch, dtype, device):
         """Additive bias (0 or -inf, plus a float mask) broadcastable to (batch, heads, q, kv), or None."""
@@ -225,7 +212,7 @@ class Attention(TorchOp):
                 raise ShapeError(f"Attention: nonpad_kv_seqlen must have one length per batch item ({batch}), got "
                                  f"shape {tuple(nonpad.shape)}")
             lengths = nonpad.reshape(-1, 1, 1, 1).to(torch.int64)
-        if self.is_causal or self.left >= 0 or self.right >= 0:
+        if self.is_causal or self.left_window_size >= 0 or self.right_window_size >= 0:
             rows = torch.arange(q_len, device=device).reshape(q_len, 1)
             cols = torch.arange(kv_len, device=device).reshape(1, kv_len)
             # Query i sits at absolute position i + offset (bottom-right alignment).
@@ -234,10 +221,10 @@ class Attention(TorchOp):
             allowed = torch.ones(distance.shape, dtype=torch.bool, device=device)
             if self.is_causal:
                 allowed &= distance >= 0
-            if self.left >= 0:
-                allowed &= distance <= self.left
-            if self.right >= 0:
-                allowed &= -distance <= self.right
+            if self.left_window_size >= 0:
+                allowed &= distance <= self.left_window_size
+            if self.right_window_size >= 0:
+                allowed &= -distance <= self.right_window_size
             window = torch.where(allowed, zero, neg_inf)
             bias = window if bias is None else bias + window
         if lengths is not None:
@@ -261,11 +248,9 @@ class RotaryEmbedding(TorchOp):
     [[[[0.0, 1.0]]]]
     """
 
-    def __init__(self, interleaved: int = 0, num_heads: int = 0, rotary_embedding_dim: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.interleaved = bool(interleaved)
-        self.num_heads = int(num_heads)
-        self.rotary_embedding_dim = int(rotary_embedding_dim)
+        adopt(self, operator_attributes("RotaryEmbedding", attributes))
 
     def forward(self, x, cos, sin, position_ids=None):
         if x is None or cos is None or sin is None:

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints, pad_spatial, resolve_pads
-from d5.ops.onnx_semantics import as_text, check_window_attributes, col2im_geometry, window_geometry
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import check_window_attributes, col2im_geometry, conv_transpose_geometry, window_geometry
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
@@ -22,26 +23,18 @@ _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 class _ConvAttributes(TorchOp):
     op_name = "Conv"
 
-    def __init__(self, auto_pad="NOTSET", dilations=None, group: int = 1, kernel_shape=None, pads=None,
-                 strides=None, output_padding=None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.auto_pad = as_text(auto_pad)
-        self.dilations, self.kernel_shape = ints(dilations), ints(kernel_shape)
-        self.pads, self.strides, self.group = ints(pads), ints(strides), int(group)
-        if self.group < 1:
-            raise ShapeError(f"{self.op_name}: group must be a positive integer, got {group}")
-        check_window_attributes(self.op_name, auto_pad=self.auto_pad, kernel_shape=self.kernel_shape,
-                                strides=self.strides, dilations=self.dilations, pads=self.pads,
-                                output_padding=ints(output_padding))
+        adopt(self, operator_attributes(self.op_name, attributes))
 
     def _check(self, x, w):
         if x.dim() not in (3, 4, 5) or w.dim() != x.dim():
             raise UnsupportedOperatorError(f"{self.op_name}: X and W must both be 3-D to 5-D (1 to 3 spatial axes), "
                                            f"got X {tuple(x.shape)} and W {tuple(w.shape)}")
-        kernel = list(w.shape[2:])
+        kernel = tuple(w.shape[2:])
         if self.kernel_shape is not None and self.kernel_shape != kernel:
-            raise ShapeError(f"{self.op_name}: attribute kernel_shape={self.kernel_shape} disagrees with W's kernel "
-                             f"{kernel}; fix the attribute or the weights")
+            raise ShapeError(f"{self.op_name}: attribute kernel_shape={list(self.kernel_shape)} disagrees with W's "
+                             f"kernel {list(kernel)}; fix the attribute or the weights")
         return kernel
 
 
@@ -76,46 +69,22 @@ class ConvTranspose(_ConvAttributes):
 
     op_name = "ConvTranspose"
 
-    def __init__(self, auto_pad="NOTSET", dilations=None, group: int = 1, kernel_shape=None, output_padding=None,
-                 output_shape=None, pads=None, strides=None) -> None:
-        super().__init__(auto_pad, dilations, group, kernel_shape, pads, strides, output_padding)
-        self.output_padding, self.output_shape = ints(output_padding), ints(output_shape)
-
     def forward(self, x, w, b=None):
-        kernel = self._check(x, w)
-        spatial = list(x.shape[2:])
-        rank = len(spatial)
-        strides = self.strides or [1] * rank
-        dilations = self.dilations or [1] * rank
-        output_padding = self.output_padding or [0] * rank
-        extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-        natural = [s * (i - 1) + op + e for s, i, op, e in zip(strides, spatial, output_padding, extent)]
-        if self.output_shape:
-            out = list(self.output_shape[-rank:])
-            begin = self._derived_pads_begin(natural, out)
-        elif self.auto_pad in ("SAME_UPPER", "SAME_LOWER") and self.pads is None:
-            out = [min(nat, i * s) for nat, i, s in zip(natural, spatial, strides)]
-            begin = self._derived_pads_begin(natural, out)
-        else:
-            pads = [0] * (2 * rank) if self.pads is None or self.auto_pad == "VALID" else self.pads
-            begin = list(pads[:rank])
-            out = [nat - pb - pe for nat, pb, pe in zip(natural, pads[:rank], pads[rank:])]
-        if any(p < 0 for p in begin) or any(o <= 0 for o in out):
-            raise UnsupportedOperatorError(f"ConvTranspose: the attributes give output size {out} with leading pads "
-                                           f"{begin}; negative leading pads and empty outputs are not supported")
-        full = _CONV_T[rank](x, w, None, stride=strides, padding=0, dilation=dilations, groups=self.group)
+        conv, geometry = self.planned((x.shape, w.shape), self._plan, x, w)
+        full = conv(x, w, None, stride=geometry.strides, padding=0, dilation=geometry.dilations, groups=self.group)
         # The unpadded output grows by output_padding zeros at the end, then loses the pads on both sides.
-        sides = [(-bg, (nat - f) - (nat - bg - o)) for bg, nat, f, o in zip(begin, natural, full.shape[2:], out)]
-        y = pad_spatial(full, sides)
+        y = pad_spatial(full, geometry.sides)
         if b is not None:
-            y = y + b.reshape(1, -1, *(1,) * rank)
+            y = y + b.reshape(1, -1, *(1,) * len(geometry.out))
         return y
 
-    def _derived_pads_begin(self, natural, out):
-        total = [nat - o for nat, o in zip(natural, out)]
-        if self.auto_pad == "SAME_UPPER":
-            return [t // 2 for t in total]
-        return [t - t // 2 for t in total]
+    def _plan(self, x, w):
+        """torch's transposed convolution and the geometry (see conv_transpose_geometry) for these shapes."""
+        kernel = self._check(x, w)
+        geometry = conv_transpose_geometry(tuple(x.shape[2:]), kernel, strides=self.strides, dilations=self.dilations,
+                                           output_padding=self.output_padding, pads=self.pads,
+                                           output_shape=self.output_shape, auto_pad=self.auto_pad)
+        return _CONV_T[len(kernel)], geometry
 
 
 @register("Col2Im")
@@ -124,10 +93,9 @@ class Col2Im(TorchOp):
     inverse layout of im2col, overlapping blocks added (``F.fold`` for 2-D images, a loop over the block's taps
     otherwise). Differentiable (the reference is not)."""
 
-    def __init__(self, dilations=None, pads=None, strides=None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.dilations, self.pads, self.strides = ints(dilations), ints(pads), ints(strides)
-        check_window_attributes("Col2Im", strides=self.strides, dilations=self.dilations, pads=self.pads)
+        adopt(self, operator_attributes("Col2Im", attributes))
 
     def forward(self, columns, image_shape, block_shape):
         if columns.dim() != 3 or image_shape.dim() != 1 or block_shape.dim() != 1:

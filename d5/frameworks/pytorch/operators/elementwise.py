@@ -18,7 +18,8 @@ import torch
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import torch_dtype
-from d5.ops.onnx_semantics import as_text, broadcast_shape
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import broadcast_shape
 
 # ----------------------------------------------------------------------------------- unsigned integers
 
@@ -211,9 +212,10 @@ Xor = _logical("Xor", torch.logical_xor, "Logical exclusive or of bool tensors."
 class IsInf(TorchOp):
     """True where the input is +inf (if ``detect_positive``) or -inf (if ``detect_negative``)."""
 
-    def __init__(self, detect_negative: int = 1, detect_positive: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        negative, positive = bool(detect_negative), bool(detect_positive)
+        signs = operator_attributes("IsInf", attributes)
+        negative, positive = signs.detect_negative, signs.detect_positive
         # Chosen once: the test for the signs asked for.
         self.test = (torch.isinf if negative and positive else torch.isposinf if positive else
                      torch.isneginf if negative else _nowhere)
@@ -280,9 +282,9 @@ class Mod(TorchOp):
     fmod), for floats and integers alike; an integer remainder by 0 is 0. The gradient is the reference's:
     1 for A, ``-floor(A / B)`` (``-trunc(A / B)`` with fmod) for B."""
 
-    def __init__(self, fmod: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.fmod = bool(fmod)
+        adopt(self, operator_attributes("Mod", attributes))
         self.fn = torch.fmod if self.fmod else torch.remainder
 
     def forward(self, a, b):
@@ -314,11 +316,9 @@ class BitShift(TorchOp):
     """``X << Y`` (``LEFT``) or ``X >> Y`` (``RIGHT``) with broadcasting, as the reference: shifts outside
     ``[0, bit width)`` give 0 (-1 for a right shift of a negative signed value), left shifts wrap. No gradient."""
 
-    def __init__(self, direction="") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.direction = as_text(direction).upper()
-        if self.direction not in ("LEFT", "RIGHT"):
-            raise ShapeError(f"BitShift: direction must be 'LEFT' or 'RIGHT', got {direction!r}")
+        adopt(self, operator_attributes("BitShift", attributes))
         self.left = self.direction == "LEFT"
 
     def forward(self, x, shift):
@@ -373,11 +373,12 @@ _ONNX_STRING = 8
 class BitCast(TorchOp):
     """Reinterpret the bits of ``X`` as the ONNX type ``to`` (same width; no value conversion, no gradient)."""
 
-    def __init__(self, to: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        if int(to) == _ONNX_STRING:
+        to = operator_attributes("BitCast", attributes).to
+        if to == _ONNX_STRING:
             raise UnsupportedOperatorError("BitCast: strings have no fixed bit width; use Cast instead")
-        self.dtype = torch_dtype(int(to))
+        self.dtype = torch_dtype(to)
 
     def forward(self, x):
         if x.element_size() != self.dtype.itemsize:
@@ -392,9 +393,9 @@ class BitCast(TorchOp):
 class Clip(TorchOp):
     """``min(max(X, min), max)``; min/max are optional scalar inputs (attributes before opset 11)."""
 
-    def __init__(self, min: float | None = None, max: float | None = None) -> None:  # noqa: A002 (ONNX names)
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.low, self.high = min, max
+        self.low, self.high = operator_attributes("Clip", attributes)  # min, max
 
     def forward(self, x, low=None, high=None):
         low = self.low if low is None else low
@@ -412,9 +413,9 @@ class Cast(TorchOp):
     """Convert to the ONNX data type ``to``; the gradient flows between floating types. bfloat16 is torch's
     own (round to nearest even, as NumPy's ml_dtypes)."""
 
-    def __init__(self, to, saturate: int = 1, round_mode="up") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.dtype = torch_dtype(to)
+        self.dtype = torch_dtype(operator_attributes("Cast", attributes).to)
 
     def forward(self, x):
         return x.to(self.dtype)
@@ -422,8 +423,9 @@ class Cast(TorchOp):
 
 @register("CastLike")
 class CastLike(TorchOp):
-    def __init__(self, saturate: int = 1, round_mode="up") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
+        operator_attributes("CastLike", attributes)  # saturate and round_mode, which change no conversion here
 
     def forward(self, x, like):
         return x.to(like.dtype)

@@ -9,6 +9,7 @@ from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints, torch_dtype
 from d5.network.memory import check_allocation
+from d5.ops.onnx_attributes import operator_attributes
 from d5.ops.onnx_semantics import range_length, tensor_attribute
 
 
@@ -33,21 +34,15 @@ def _as_tensor(value) -> torch.Tensor:
 
 @register("Constant")
 class Constant(TorchOp):
-    def __init__(self, value=None, value_float=None, value_floats=None, value_int=None, value_ints=None,
-                 value_string=None, value_strings=None, sparse_value=None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        given = {n: v for n, v in [("value", value), ("value_float", value_float), ("value_floats", value_floats),
-                                   ("value_int", value_int), ("value_ints", value_ints),
-                                   ("value_string", value_string), ("value_strings", value_strings),
-                                   ("sparse_value", sparse_value)] if v is not None}
-        if len(given) != 1:
-            raise ShapeError(f"Constant: exactly one value attribute must be set, got {sorted(given) or 'none'}")
-        if value is not None:
+        name, value = operator_attributes("Constant", attributes)  # the one value attribute given
+        if name == "value":
             tensor = _as_tensor(value)
-        elif value_float is not None or value_floats is not None:
-            tensor = torch.tensor(value_float if value_floats is None else list(value_floats), dtype=torch.float32)
-        elif value_int is not None or value_ints is not None:
-            tensor = torch.tensor(value_int if value_ints is None else list(value_ints), dtype=torch.int64)
+        elif name in ("value_float", "value_floats"):
+            tensor = torch.tensor(value if name == "value_float" else list(value), dtype=torch.float32)
+        elif name in ("value_int", "value_ints"):
+            tensor = torch.tensor(value if name == "value_int" else list(value), dtype=torch.int64)
         else:
             raise ShapeError("Constant: string and sparse constants are not supported by the PyTorch framework")
         # A buffer, so it moves with the module (.to(device)) and is saved with the model.
@@ -59,8 +54,9 @@ class Constant(TorchOp):
 
 @register("ConstantOfShape")
 class ConstantOfShape(TorchOp):
-    def __init__(self, value=None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
+        value = operator_attributes("ConstantOfShape", attributes).value
         fill = torch.zeros(1, dtype=torch.float32) if value is None else _as_tensor(value)
         if fill.numel() != 1:
             raise ShapeError(f"ConstantOfShape: value must hold exactly one element, got shape {tuple(fill.shape)}")
@@ -82,11 +78,10 @@ class Range(TorchOp):
     """``start, start + delta, ...`` up to (excluding) ``limit``, computed as the reference does: in the inputs'
     own dtype, or in ``stash_type`` (opset 27: 1 = float32, 11 = float64) for float16/bfloat16 inputs."""
 
-    def __init__(self, stash_type: int | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        if stash_type is not None and int(stash_type) not in _RANGE_STASH_DTYPES:
-            raise ShapeError(f"Range: stash_type must be 1 (FLOAT) or 11 (DOUBLE), got {stash_type}")
-        self.stash_dtype = None if stash_type is None else _RANGE_STASH_DTYPES[int(stash_type)]
+        stash_type = operator_attributes("Range", attributes).stash_type
+        self.stash_dtype = None if stash_type is None else _RANGE_STASH_DTYPES[stash_type]
 
     def forward(self, start, limit, delta):
         for value, what in ((start, "start"), (limit, "limit"), (delta, "delta")):
@@ -108,10 +103,10 @@ class EyeLike(TorchOp):
     """A 2-D matrix shaped like the input with ones on diagonal ``k`` (above the main one for k > 0), of
     ``dtype`` (default: the input's)."""
 
-    def __init__(self, dtype: int | None = None, k: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.dtype = None if dtype is None else torch_dtype(dtype)
-        self.k = int(k)
+        eye = operator_attributes("EyeLike", attributes)
+        self.dtype, self.k = None if eye.dtype is None else torch_dtype(eye.dtype), eye.k
 
     def forward(self, x):
         if x.dim() != 2:

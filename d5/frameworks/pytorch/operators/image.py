@@ -24,9 +24,8 @@ import torch.nn.functional as F
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints, scalar
-from d5.ops.onnx_semantics import (as_text, cubic_kernel, grid_sample_modes, int_tuple, normalize_axes,
-                                   normalized_grid_positions, reflect_coordinates, resize_attributes, resize_plan,
-                                   resize_taps)
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import grid_sample_taps, normalize_axes, normalized_grid_positions, resize_plan, resize_taps
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -61,14 +60,9 @@ class Resize(TorchOp):
     #: Opsets 10-12 (Resize11) also accept coordinate_transformation_mode 'tf_half_pixel_for_nn'.
     legacy_modes = False
 
-    def __init__(self, mode="nearest", coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_floor",
-                 cubic_coeff_a: float = -0.75, exclude_outside: int = 0, extrapolation_value: float = 0.0,
-                 antialias: int = 0, axes=None, keep_aspect_ratio_policy="stretch") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        attributes = resize_attributes(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a,
-                                       exclude_outside, extrapolation_value, antialias, axes, keep_aspect_ratio_policy)
-        for name, value in attributes.items():
-            setattr(self, name, value)
+        adopt(self, operator_attributes("Resize", attributes))
 
     def forward(self, x, *rest):
         if x.dim() < 1:
@@ -163,10 +157,9 @@ class GridSample(TorchOp):
     onnx.reference: a coordinate outside the image is moved in by ``padding_mode`` (border: clamped,
     reflection: mirrored), then every tap outside reads 0 (zeros), the edge (border) or its mirror image."""
 
-    def __init__(self, align_corners: int = 0, mode="linear", padding_mode="zeros") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.align_corners = bool(align_corners)
-        self.mode, self.padding_mode = grid_sample_modes(mode, padding_mode)
+        adopt(self, operator_attributes("GridSample", attributes))
 
     def forward(self, x, grid):
         if x.dim() < 3 or grid.dim() != x.dim() or grid.shape[-1] != x.dim() - 2 or grid.shape[0] != x.shape[0]:
@@ -183,21 +176,10 @@ class GridSample(TorchOp):
 
     def _gather(self, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
         n, channels, spatial = x.shape[0], x.shape[1], tuple(x.shape[2:])
-        per_axis = []
-        for axis, size in enumerate(spatial):
-            g = grid[..., len(spatial) - 1 - axis]  # grid's last axis is (x, y, z): reversed spatial order
-            if self.align_corners:
-                coordinate, low, high = (g + 1) / 2 * (size - 1), 0.0, size - 1.0
-            else:
-                coordinate, low, high = ((g + 1) * size - 1) / 2, -0.5, size - 0.5
-            if self.mode == "nearest":
-                coordinate = torch.round(coordinate)  # half to even, as onnx.reference (np.rint)
-            outside = (coordinate < low) | (coordinate > high)
-            if self.padding_mode == "border":
-                coordinate = torch.where(outside, coordinate.clamp(0, size - 1), coordinate)
-            elif self.padding_mode == "reflection":
-                coordinate = torch.where(outside, reflect_coordinates(coordinate, low, high, torch), coordinate)
-            per_axis.append([self._pad_tap(index, weight, size, low, high) for index, weight in self._taps(coordinate)])
+        # grid's last axis is (x, y, z): the spatial axes in reverse order.
+        per_axis = [grid_sample_taps(grid[..., len(spatial) - 1 - axis], size, align_corners=self.align_corners,
+                                     mode=self.mode, padding_mode=self.padding_mode, xp=torch)
+                    for axis, size in enumerate(spatial)]
         strides = [math.prod(spatial[axis + 1:]) for axis in range(len(spatial))]
         flat = x.reshape(n, channels, -1)
         out = None
@@ -208,25 +190,6 @@ class GridSample(TorchOp):
             out = term if out is None else out + term
         return out.reshape(n, channels, *grid.shape[1:-1])
 
-    def _taps(self, coordinate: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """(index, weight) pairs of the input points each coordinate reads."""
-        if self.mode == "nearest":
-            return [(coordinate.long(), torch.ones_like(coordinate))]
-        base = torch.floor(coordinate)
-        t = coordinate - base
-        base = base.long()
-        if self.mode == "linear":
-            return [(base, 1 - t), (base + 1, t)]
-        return [(base + k, cubic_kernel(t - k, -0.75, torch)) for k in (-1, 0, 1, 2)]
-
-    def _pad_tap(self, index: torch.Tensor, weight: torch.Tensor, size: int, low: float, high: float):
-        """A tap moved inside the image by padding_mode (zeros: weight 0 outside)."""
-        if self.padding_mode == "zeros":
-            weight = weight * ((index >= 0) & (index < size)).to(weight.dtype)
-        elif self.padding_mode == "reflection":
-            index = torch.trunc(reflect_coordinates(index.to(weight.dtype), low, high, torch)).long()
-        return index.clamp(0, size - 1), weight
-
 
 # -------------------------------------------------------------------------------------------- AffineGrid
 
@@ -235,9 +198,9 @@ class AffineGrid(TorchOp):
     """The GridSample grid of the affine maps ``theta``: (N, 2, 3) -> (N, H, W, 2) for ``size`` (N, C, H, W),
     (N, 3, 4) -> (N, D, H, W, 3) for (N, C, D, H, W); differentiable in theta."""
 
-    def __init__(self, align_corners: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.align_corners = bool(align_corners)
+        adopt(self, operator_attributes("AffineGrid", attributes))
 
     def forward(self, theta, size):
         size = ints(size)
@@ -259,9 +222,9 @@ class CenterCropPad(TorchOp):
     """Center-crop or zero-pad ``input_data`` to ``shape`` along ``axes`` (default: all); an odd difference
     puts the extra element at the end."""
 
-    def __init__(self, axes=None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axes = int_tuple(axes)
+        adopt(self, operator_attributes("CenterCropPad", attributes))
 
     def forward(self, x, shape):
         if x.dim() < 1:
@@ -309,21 +272,12 @@ class RoiAlign(TorchOp):
     into an ``output_height x output_width`` grid of bins, each the average (or max) of bilinear samples on a
     ``sampling_ratio`` grid (adaptive when 0), as onnxruntime; ``half_pixel`` shifts coordinates by -0.5."""
 
-    def __init__(self, coordinate_transformation_mode="half_pixel", mode="avg", output_height: int = 1,
-                 output_width: int = 1, sampling_ratio: int = 0, spatial_scale: float = 1.0) -> None:
+    #: The opset whose RoiAlign attributes (and defaults) this version takes.
+    since = 16
+
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        coordinates = as_text(coordinate_transformation_mode)
-        if coordinates not in ("half_pixel", "output_half_pixel"):
-            raise ShapeError("RoiAlign: coordinate_transformation_mode must be 'half_pixel' or 'output_half_pixel', "
-                             f"got {coordinates!r}")
-        self.half_pixel = coordinates == "half_pixel"
-        self.mode = as_text(mode).lower()
-        if self.mode not in ("avg", "max"):
-            raise ShapeError(f"RoiAlign: mode must be 'avg' or 'max', got {as_text(mode)!r}")
-        self.out_h, self.out_w = int(output_height), int(output_width)
-        if self.out_h < 1 or self.out_w < 1:
-            raise ShapeError(f"RoiAlign: output_height and output_width must be >= 1, got {self.out_h}, {self.out_w}")
-        self.sampling_ratio, self.spatial_scale = int(sampling_ratio), float(spatial_scale)
+        adopt(self, operator_attributes("RoiAlign", attributes, opset=self.since))
 
     def forward(self, x, rois, batch_indices):
         if x.dim() != 4:
@@ -342,25 +296,27 @@ class RoiAlign(TorchOp):
             roi_w, roi_h = x2 - x1, y2 - y1
             if not self.half_pixel:
                 roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
-            grid_h = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_h / self.out_h))
-            grid_w = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_w / self.out_w))
+            grid_h = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_h / self.output_height))
+            grid_w = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_w / self.output_width))
             if grid_h <= 0 or grid_w <= 0:  # no sample points: the bins stay 0, as in onnxruntime
-                pooled.append(x.new_zeros((channels, self.out_h, self.out_w), dtype=torch.float64))
+                pooled.append(x.new_zeros((channels, self.output_height, self.output_width), dtype=torch.float64))
                 continue
-            y_low, y_high, wy_low, wy_high = _sample_axis(y1, roi_h / self.out_h, self.out_h, grid_h, height, x.device)
-            x_low, x_high, wx_low, wx_high = _sample_axis(x1, roi_w / self.out_w, self.out_w, grid_w, width, x.device)
+            y_low, y_high, wy_low, wy_high = _sample_axis(y1, roi_h / self.output_height, self.output_height, grid_h,
+                                                          height, x.device)
+            x_low, x_high, wx_low, wx_high = _sample_axis(x1, roi_w / self.output_width, self.output_width, grid_w,
+                                                          width, x.device)
             picture = x[image].to(torch.float64)
             corners = [torch.index_select(torch.index_select(picture, 1, ys), 2, xs) * (wy[:, None] * wx[None, :])
                        for ys, wy in ((y_low, wy_low), (y_high, wy_high))
                        for xs, wx in ((x_low, wx_low), (x_high, wx_high))]
-            shape = (channels, self.out_h, grid_h, self.out_w, grid_w)
+            shape = (channels, self.output_height, grid_h, self.output_width, grid_w)
             if self.mode == "avg":
                 pooled.append(sum(corners).reshape(shape).sum(dim=(2, 4)) / (grid_h * grid_w))
             else:  # the max of the weighted corner terms, as onnxruntime
                 best = torch.stack(corners).amax(dim=0).reshape(shape)
                 pooled.append(best.amax(dim=4).amax(dim=2))
         if not pooled:
-            return x.new_zeros((0, channels, self.out_h, self.out_w))
+            return x.new_zeros((0, channels, self.output_height, self.output_width))
         return torch.stack(pooled).to(x.dtype)
 
 
@@ -368,8 +324,7 @@ class RoiAlign(TorchOp):
 class RoiAlign10(RoiAlign):
     """RoiAlign of opsets 10-15: no pixel shift (the later attribute's 'output_half_pixel')."""
 
-    def __init__(self, coordinate_transformation_mode="output_half_pixel", **attributes) -> None:
-        super().__init__(coordinate_transformation_mode=coordinate_transformation_mode, **attributes)
+    since = 10
 
 
 # ------------------------------------------------------------------------------------- NonMaxSuppression
@@ -383,11 +338,9 @@ class NonMaxSuppression(TorchOp):
 
     _BLOCK = 1024
 
-    def __init__(self, center_point_box: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.center_point_box = int(center_point_box)
-        if self.center_point_box not in (0, 1):
-            raise ShapeError(f"NonMaxSuppression: center_point_box must be 0 or 1, got {center_point_box}")
+        adopt(self, operator_attributes("NonMaxSuppression", attributes))
 
     def _corners(self, boxes: torch.Tensor) -> torch.Tensor:
         """(..., 4) float32 boxes as ``[x_min, y_min, x_max, y_max]`` (center boxes are not flipped)."""

@@ -13,7 +13,8 @@ import torch
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import scalar
-from d5.ops.onnx_semantics import as_text, normalize_axis
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import normalize_axis
 
 
 def _wrap(indices: torch.Tensor, size: int, op_name: str) -> torch.Tensor:
@@ -27,9 +28,9 @@ def _wrap(indices: torch.Tensor, size: int, op_name: str) -> torch.Tensor:
 class Gather(TorchOp):
     """``take`` along ``axis``: the output is data's shape with ``axis`` replaced by indices' shape."""
 
-    def __init__(self, axis: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
+        adopt(self, operator_attributes("Gather", attributes))
 
     def forward(self, data, indices):
         axis = normalize_axis("Gather", self.axis, data.dim())
@@ -40,9 +41,9 @@ class Gather(TorchOp):
 
 @register("GatherElements")
 class GatherElements(TorchOp):
-    def __init__(self, axis: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
+        adopt(self, operator_attributes("GatherElements", attributes))
 
     def forward(self, data, indices):
         axis = normalize_axis("GatherElements", self.axis, data.dim())
@@ -51,9 +52,9 @@ class GatherElements(TorchOp):
 
 @register("GatherND")
 class GatherND(TorchOp):
-    def __init__(self, batch_dims: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.batch_dims = int(batch_dims)
+        adopt(self, operator_attributes("GatherND", attributes))
 
     def forward(self, data, indices):
         b = self.batch_dims
@@ -89,12 +90,9 @@ _REDUCTIONS = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
 
 
 class _Scatter(TorchOp):
-    def __init__(self, reduction="none") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.reduction = as_text(reduction)
-        if self.reduction != "none" and self.reduction not in _REDUCTIONS:
-            raise ShapeError(f"{type(self).__name__}: unknown reduction {self.reduction!r}; use one of none, "
-                             f"{', '.join(_REDUCTIONS)}")
+        adopt(self, operator_attributes(type(self).__name__, attributes))
 
     def _inputs(self, data, indices, updates):
         name = type(self).__name__
@@ -107,10 +105,6 @@ class _Scatter(TorchOp):
 @register("ScatterElements", "Scatter")
 class ScatterElements(_Scatter):
     """A copy of ``data`` with ``updates`` written (or reduced) at ``indices`` along ``axis``."""
-
-    def __init__(self, axis: int = 0, reduction="none") -> None:
-        super().__init__(reduction)
-        self.axis = int(axis)
 
     def forward(self, data, indices, updates):
         self._inputs(data, indices, updates)
@@ -168,12 +162,9 @@ class TensorScatter(TorchOp):
     """Write ``update`` into a copy of ``past_cache`` along the sequence ``axis`` (never 0, the batch axis),
     starting for batch ``b`` at ``write_indices[b]`` (default 0); ``mode='circular'`` wraps the positions."""
 
-    def __init__(self, axis: int = -2, mode="linear") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
-        self.mode = as_text(mode)
-        if self.mode not in ("linear", "circular"):
-            raise ShapeError(f"TensorScatter: mode must be 'linear' or 'circular', got {self.mode!r}")
+        adopt(self, operator_attributes("TensorScatter", attributes))
 
     def forward(self, cache, update, write_indices=None):
         if cache.dim() < 2:
@@ -210,9 +201,9 @@ class OneHot(TorchOp):
     """One-hot encode ``indices`` with ``depth`` classes along a new ``axis``; ``values`` = [off, on]. An
     index out of ``[-depth, depth)`` gives a row of off values; the gradient reaches ``values``."""
 
-    def __init__(self, axis: int = -1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
+        adopt(self, operator_attributes("OneHot", attributes))
 
     def forward(self, indices, depth, values):
         swapped = " (are depth and values swapped? The inputs are (indices, depth, values))" \
@@ -239,9 +230,9 @@ class OneHot(TorchOp):
 class Trilu(TorchOp):
     """Keep the upper (``upper=1``) or lower triangle of the last two axes, offset by the optional input ``k``."""
 
-    def __init__(self, upper: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.upper = bool(upper)
+        adopt(self, operator_attributes("Trilu", attributes))
 
     def forward(self, x, k=None):
         if x.dim() < 2:
@@ -261,9 +252,9 @@ class TopK(TorchOp):
     index (a stable sort, which torch.topk does not promise). ``k`` is the second input (opset 10+) or the
     attribute (opset 1)."""
 
-    def __init__(self, axis: int = -1, largest: int = 1, sorted: int = 1, k: int | None = None) -> None:  # noqa: A002
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis, self.largest, self.k = int(axis), bool(largest), k
+        adopt(self, operator_attributes("TopK", attributes))
 
     def forward(self, x, k=None):
         if k is not None and k.numel() != 1:
@@ -286,9 +277,9 @@ class Compress(TorchOp):
     """The slices of the input along ``axis`` (flattened when absent) where ``condition`` is true; condition
     may be shorter than the axis (the rest is dropped), not longer."""
 
-    def __init__(self, axis: int | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = None if axis is None else int(axis)
+        adopt(self, operator_attributes("Compress", attributes))
 
     def forward(self, x, condition):
         if condition.dim() != 1:
@@ -319,10 +310,9 @@ class Unique(TorchOp):
     counts (int64). ``sorted=1`` sorts ascending (slices lexicographically), ``sorted=0`` keeps the order of
     first occurrence."""
 
-    def __init__(self, axis: int | None = None, sorted: int = 1) -> None:  # noqa: A002 (ONNX name)
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = None if axis is None else int(axis)
-        self.sorted = bool(sorted)
+        adopt(self, operator_attributes("Unique", attributes))
 
     def forward(self, x):
         if self.axis is None:

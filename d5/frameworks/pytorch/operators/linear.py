@@ -6,25 +6,24 @@ import torch
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators.elementwise import SIGNED_OF, as_signed
-from d5.ops.onnx_semantics import as_text
+from d5.ops.onnx_attributes import adopt, operator_attributes
 
 
 @register("Gemm")
 class Gemm(TorchOp):
     """``alpha * A' @ B' + beta * C`` with A' = A^T if transA, B' = B^T if transB; C optional, broadcasting."""
 
-    def __init__(self, alpha: float = 1.0, beta: float = 1.0, transA: int = 0, transB: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha, self.beta = float(alpha), float(beta)
-        self.trans_a, self.trans_b = bool(transA), bool(transB)
+        adopt(self, operator_attributes("Gemm", attributes))
 
     def forward(self, a, b, c=None):
-        if (self.trans_b and not self.trans_a and self.alpha == 1.0 and a.dim() == 2 and b.dim() == 2
+        if (self.transB and not self.transA and self.alpha == 1.0 and a.dim() == 2 and b.dim() == 2
                 and (c is None or self.beta == 0.0 or (self.beta == 1.0 and c.dim() == 1 and c.shape[0] == b.shape[0]))):
             # A fully connected layer (W stored (out, in), as torch's): torch's own linear, which nn.Linear runs
             return torch.nn.functional.linear(a, b, None if self.beta == 0.0 else c)
-        a = a.t() if self.trans_a else a
-        b = b.t() if self.trans_b else b
+        a = a.t() if self.transA else a
+        b = b.t() if self.transB else b
         if c is not None and self.beta != 0.0:
             if self.alpha == 1.0 and self.beta == 1.0 and c.dim() <= 2:
                 return torch.addmm(c.expand(a.shape[0], b.shape[1]), a, b)
@@ -44,9 +43,9 @@ class Einsum(TorchOp):
     """ONNX Einsum (``numpy.einsum`` semantics), keeping the operands' dtype: torch sums integers into int64,
     and has no kernels for uint16/32/64 (those are computed on int64, whose wrap-around truncates to theirs)."""
 
-    def __init__(self, equation) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.equation = as_text(equation).replace(" ", "")
+        adopt(self, operator_attributes("Einsum", attributes))
 
     def forward(self, *inputs):
         for index, x in enumerate(inputs):

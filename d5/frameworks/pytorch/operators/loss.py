@@ -8,26 +8,16 @@ import torch.nn.functional as F
 
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
-from d5.ops.onnx_semantics import as_text
-
-_REDUCTIONS = ("none", "sum", "mean")
-
-
-def _check_reduction(op_name: str, reduction) -> str:
-    reduction = as_text(reduction)
-    if reduction not in _REDUCTIONS:
-        raise ShapeError(f"{op_name}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-    return reduction
+from d5.ops.onnx_attributes import adopt, operator_attributes
 
 
 @register("NegativeLogLikelihoodLoss")
 class NegativeLogLikelihoodLoss(TorchOp):
     """``-input[label]`` per sample, weighted and reduced; input (N, C, d1, ...) holds log-probabilities."""
 
-    def __init__(self, reduction="mean", ignore_index: int | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.reduction = _check_reduction(type(self).__name__, reduction)
-        self.ignore_index = None if ignore_index is None else int(ignore_index)
+        adopt(self, operator_attributes(type(self).__name__, attributes))
 
     def forward(self, log_prob, labels, weights=None):
         return self._nll(log_prob, labels, weights)
@@ -100,9 +90,9 @@ class MeanSquaredError(TorchOp):
     """``reduce((prediction - target) ** 2)``, reduction mean (default), sum or none; the target broadcasts and
     is cast to the prediction's float dtype (a float64 target must not turn a float32 loss into float64)."""
 
-    def __init__(self, reduction="mean") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.reduction = _check_reduction("MeanSquaredError", reduction)
+        adopt(self, operator_attributes("MeanSquaredError", attributes))
 
     def forward(self, prediction, target):
         if prediction.is_floating_point():

@@ -8,9 +8,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
-from d5.ops.onnx_semantics import lrn_attributes, normalize_axis
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import normalize_axis
 
 
 @register("BatchNormalization")
@@ -25,12 +26,9 @@ class BatchNormalization(TorchOp):
     updated statistics, as the reference's 3-output form). Otherwise normalize by the given statistics.
     """
 
-    def __init__(self, epsilon: float = 1e-5, momentum: float = 0.9, training_mode: int = 0, spatial: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.epsilon, self.momentum, self.training_mode = float(epsilon), float(momentum), bool(training_mode)
-        if int(spatial) != 1:
-            raise UnsupportedOperatorError("BatchNormalization: spatial=0 (per-element statistics, opset < 9) is not "
-                                           "supported; re-export the model with opset >= 9")
+        adopt(self, operator_attributes("BatchNormalization", attributes))
 
     def forward(self, x, scale, bias, mean, var):
         if x.dim() < 2:
@@ -68,9 +66,9 @@ class BatchNormalization(TorchOp):
 
 @register("InstanceNormalization")
 class InstanceNormalization(TorchOp):
-    def __init__(self, epsilon: float = 1e-5) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.epsilon = float(epsilon)
+        adopt(self, operator_attributes("InstanceNormalization", attributes))
 
     def forward(self, x, scale, bias):
         return F.instance_norm(x, weight=scale, bias=bias, eps=self.epsilon)
@@ -82,9 +80,9 @@ class LayerNormalization(TorchOp):
     output (the statistics keep the normalized axes as size 1), else Y. ``stash_type`` is accepted; statistics
     are computed in X's dtype (float32 for float16/bfloat16 by torch)."""
 
-    def __init__(self, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis, self.epsilon = int(axis), float(epsilon)
+        adopt(self, operator_attributes("LayerNormalization", attributes))
 
     def forward(self, x, scale, bias=None):
         axis = normalize_axis("LayerNormalization", self.axis, x.dim())
@@ -107,11 +105,9 @@ class GroupNormalization(TorchOp):
 
     per_group = False
 
-    def __init__(self, num_groups: int | None = None, epsilon: float = 1e-5, stash_type: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        if num_groups is None or int(num_groups) < 1:
-            raise ShapeError(f"GroupNormalization: num_groups must be a positive integer, got {num_groups}")
-        self.num_groups, self.epsilon = int(num_groups), float(epsilon)
+        adopt(self, operator_attributes("GroupNormalization", attributes))
 
     def forward(self, x, scale, bias):
         channels = x.shape[1]
@@ -132,7 +128,6 @@ class GroupNormalization18(GroupNormalization):
 
 
 _STASH_FLOAT64 = 11  # stash_type values: TensorProto float types; 11 (float64) widens the statistics
-_STASH_TYPES = (1, 10, 11, 16)
 
 
 def _float_compute_dtype(*tensors) -> torch.dtype:
@@ -157,13 +152,9 @@ class RMSNormalization(TorchOp):
     """``Y = X / sqrt(mean(X^2) + epsilon) * scale`` with the mean over the axes ``axis..rank-1``, computed in
     float32 (float64 for a float64 input or ``stash_type=11``) and cast back to X's dtype."""
 
-    def __init__(self, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis, self.epsilon = int(axis), float(epsilon)
-        if int(stash_type) not in _STASH_TYPES:
-            raise ShapeError(f"RMSNormalization: stash_type must be a float TensorProto type (1 = float32, "
-                             f"11 = float64, ...), got {stash_type}")
-        self.stash_type = int(stash_type)
+        adopt(self, operator_attributes("RMSNormalization", attributes))
 
     def forward(self, x, scale):
         if x is None or scale is None:
@@ -182,11 +173,9 @@ class RMSNormalization(TorchOp):
 class LpNormalization(TorchOp):
     """``X / ||X||_p`` along ``axis`` (p is 1 or 2); an all-zero slice stays 0 (not 0/0)."""
 
-    def __init__(self, axis: int = -1, p: int = 2) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        if int(p) not in (1, 2):
-            raise ShapeError(f"LpNormalization: p must be 1 or 2, got {p}")
-        self.axis, self.p = int(axis), int(p)
+        adopt(self, operator_attributes("LpNormalization", attributes))
 
     def forward(self, x):
         axis = normalize_axis("LpNormalization", self.axis, x.dim())
@@ -201,9 +190,9 @@ class LRN(TorchOp):
     sum(X[c']^2))^beta`` over ``c'`` in ``[c - (size - 1) / 2, c + (size - 1) / 2]`` clipped to the channels.
     ``size`` must be odd, as the reference requires (an even window has no portable centre)."""
 
-    def __init__(self, size: int | None = None, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.size, self.alpha, self.beta, self.bias = lrn_attributes(size, alpha, beta, bias)
+        adopt(self, operator_attributes("LRN", attributes))
 
     def forward(self, x):
         if x.dim() < 2:
@@ -227,9 +216,9 @@ class MeanVarianceNormalization(TorchOp):
 
     EPSILON = 1e-9
 
-    def __init__(self, axes=(0, 2, 3)) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axes = tuple(int(a) for a in axes)
+        adopt(self, operator_attributes("MeanVarianceNormalization", attributes))
 
     def forward(self, x):
         if not self.axes or any(not -x.dim() <= a < x.dim() for a in self.axes):

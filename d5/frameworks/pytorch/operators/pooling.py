@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints, pad_spatial, resolve_pads
-from d5.ops.onnx_semantics import as_text, check_window_attributes, unpooled_shape
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import unpooled_shape
 
 _MAX_POOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
@@ -24,17 +25,9 @@ _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 class _WindowPool(TorchOp):
     op_name = "Pool"
 
-    def __init__(self, kernel_shape=None, auto_pad="NOTSET", ceil_mode: int = 0, dilations=None, pads=None,
-                 strides=None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        if kernel_shape is None:
-            raise ShapeError(f"{self.op_name}: the kernel_shape attribute is required (e.g. kernel_shape=[2, 2])")
-        self.kernel_shape = tuple(ints(kernel_shape))
-        self.auto_pad = as_text(auto_pad)
-        self.ceil_mode = bool(ceil_mode)
-        self.dilations, self.pads, self.strides = ints(dilations), ints(pads), ints(strides)
-        check_window_attributes(self.op_name, auto_pad=self.auto_pad, kernel_shape=self.kernel_shape,
-                                strides=self.strides, dilations=self.dilations, pads=self.pads)
+        adopt(self, operator_attributes(self.op_name, attributes))
 
     def _window(self, x):
         """The window geometry, strides, dilations and pads (see resolve_pads) for X's shape."""
@@ -62,13 +55,6 @@ class MaxPool(_WindowPool):
     only padding give -inf (index -1), as the reference."""
 
     op_name = "MaxPool"
-
-    def __init__(self, kernel_shape=None, auto_pad="NOTSET", ceil_mode: int = 0, dilations=None, pads=None,
-                 storage_order: int = 0, strides=None) -> None:
-        super().__init__(kernel_shape, auto_pad, ceil_mode, dilations, pads, strides)
-        if int(storage_order) not in (0, 1):
-            raise ShapeError(f"MaxPool: storage_order must be 0 (row-major) or 1 (column-major), got {storage_order}")
-        self.storage_order = int(storage_order)
 
     def forward(self, x):
         geometry, strides, dilations, sides, subsample = self.planned(x.shape, self._plan, x)
@@ -130,11 +116,6 @@ class AveragePool(_WindowPool):
 
     op_name = "AveragePool"
 
-    def __init__(self, kernel_shape=None, auto_pad="NOTSET", ceil_mode: int = 0, count_include_pad: int = 0,
-                 dilations=None, pads=None, strides=None) -> None:
-        super().__init__(kernel_shape, auto_pad, ceil_mode, dilations, pads, strides)
-        self.count_include_pad = bool(count_include_pad)
-
     def forward(self, x):
         geometry, strides, dilations, sides = self._window(x)
         rank = x.dim() - 2
@@ -188,16 +169,9 @@ class LpPool(TorchOp):
     computed in float32 (float64 for float64 input) and cast back. Differentiable (the reference is not); a
     window of zeros gets a zero gradient, not NaN."""
 
-    def __init__(self, kernel_shape=None, p: float = 2, auto_pad="NOTSET", pads=None, strides=None, dilations=None,
-                 ceil_mode: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        if kernel_shape is None:
-            raise ShapeError("LpPool: the kernel_shape attribute is required")
-        self.kernel_shape = tuple(ints(kernel_shape))
-        self.p, self.auto_pad, self.ceil_mode = float(p), as_text(auto_pad), bool(ceil_mode)
-        self.pads, self.strides, self.dilations = ints(pads), ints(strides), ints(dilations)
-        check_window_attributes("LpPool", auto_pad=self.auto_pad, kernel_shape=self.kernel_shape,
-                                strides=self.strides, dilations=self.dilations, pads=self.pads)
+        adopt(self, operator_attributes("LpPool", attributes))
 
     def forward(self, x):
         rank = len(self.kernel_shape)
@@ -228,18 +202,9 @@ class MaxUnpool(TorchOp):
     ``output_shape`` (at least that size) the unpooled tensor sits in its leading corner, the rest zero, as
     the reference and ONNX's tests read it. When an index repeats, the last X element wins."""
 
-    def __init__(self, kernel_shape=None, pads=None, strides=None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        if not kernel_shape:
-            raise ShapeError("MaxUnpool: the kernel_shape attribute is required (e.g. kernel_shape=[2, 2])")
-        self.kernel_shape = tuple(ints(kernel_shape))
-        rank = len(self.kernel_shape)
-        self.pads = tuple(ints(pads)) if pads else (0,) * (2 * rank)
-        self.strides = tuple(ints(strides)) if strides else (1,) * rank
-        check_window_attributes("MaxUnpool", kernel_shape=self.kernel_shape, strides=self.strides, pads=self.pads)
-        if len(self.pads) != 2 * rank or len(self.strides) != rank:
-            raise ShapeError(f"MaxUnpool: kernel_shape {list(self.kernel_shape)} needs {2 * rank} pads and {rank} "
-                             f"strides, got pads {list(self.pads)} and strides {list(self.strides)}")
+        adopt(self, operator_attributes("MaxUnpool", attributes))
 
     def forward(self, x, indices, output_shape=None):
         rank = len(self.kernel_shape)

@@ -16,7 +16,8 @@ from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import torch_dtype
 from d5.frameworks.pytorch.operators.convolution import Conv
-from d5.ops.onnx_semantics import as_text, check_window_attributes, quantization_axis
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import quantization_axis
 
 # Saturation ranges of the integer types torch has.
 _RANGES = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.uint16: (0, 65535), torch.int16: (-32768, 32767),
@@ -71,11 +72,9 @@ class QuantizeLinear(TorchOp):
     """``Y = saturate(round(X / scale) + zero_point)``; Y takes the zero point's dtype, else ``output_dtype``,
     else uint8."""
 
-    def __init__(self, axis: int = 1, saturate: int = 1, block_size: int = 0, output_dtype: int = 0,
-                 precision: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis, self.block_size = int(axis), int(block_size)
-        self.output_dtype, self.precision = int(output_dtype), int(precision)
+        adopt(self, operator_attributes("QuantizeLinear", attributes))
 
     def forward(self, x, y_scale, y_zero_point=None):
         if y_zero_point is not None:
@@ -104,9 +103,9 @@ class QuantizeLinear(TorchOp):
 class DequantizeLinear(TorchOp):
     """``Y = (X - zero_point) * scale`` in the scale's dtype (or ``output_dtype``)."""
 
-    def __init__(self, axis: int = 1, block_size: int = 0, output_dtype: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis, self.block_size, self.output_dtype = int(axis), int(block_size), int(output_dtype)
+        adopt(self, operator_attributes("DequantizeLinear", attributes))
 
     def forward(self, x, x_scale, x_zero_point=None):
         _integer_range("DequantizeLinear", x.dtype)
@@ -199,13 +198,10 @@ def _per_channel(value: torch.Tensor, rank: int) -> torch.Tensor:
 class _IntegerConv(TorchOp):
     op_name = "ConvInteger"
 
-    def __init__(self, auto_pad="NOTSET", dilations=None, group: int = 1, kernel_shape=None, pads=None,
-                 strides=None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        check_window_attributes(self.op_name, auto_pad=as_text(auto_pad), kernel_shape=kernel_shape,
-                                strides=strides, dilations=dilations, pads=pads)
-        self.conv = Conv(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
-                         strides=strides)
+        operator_attributes(self.op_name, attributes)  # Conv's attributes, checked under this op's name
+        self.conv = Conv(**attributes)
 
     def _accumulate(self, x, w, x_zero_point, w_zero_point) -> torch.Tensor:
         """The exact integer convolution of the shifted inputs, in float64 (padding adds the real zero)."""

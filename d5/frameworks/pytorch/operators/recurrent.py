@@ -10,9 +10,9 @@ import torch.nn.functional as F
 
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.pytorch.operators import TorchOp, register
-from d5.ops.onnx_semantics import recurrent_attributes
+from d5.ops.onnx_attributes import RECURRENT_DEFAULT_ACTIVATIONS, adopt, operator_attributes
 
-# name -> f(a, alpha, beta); which take alpha/beta: onnx_semantics.RECURRENT_ACTIVATIONS
+# name -> f(a, alpha, beta); which take alpha/beta: onnx_attributes.RECURRENT_ACTIVATIONS
 _ACTIVATIONS = {
     "sigmoid": lambda a, al, be: torch.sigmoid(a),
     "tanh": lambda a, al, be: torch.tanh(a),
@@ -34,14 +34,9 @@ class _Recurrent(TorchOp):
     default_activations: tuple[str, ...] = ()
     has_cell_state = False
 
-    def __init__(self, activation_alpha=None, activation_beta=None, activations=None, clip=None,
-                 direction="forward", hidden_size=None, layout=0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        attributes = recurrent_attributes(self.op_name, self.default_activations, activation_alpha=activation_alpha,
-                                          activation_beta=activation_beta, activations=activations, clip=clip,
-                                          direction=direction, hidden_size=hidden_size, layout=layout)
-        self.direction, self.num_directions = attributes.direction, attributes.num_directions
-        self.hidden_size, self.clip, self.layout = attributes.hidden_size, attributes.clip, attributes.layout
+        attributes = adopt(self, operator_attributes(self.op_name, attributes))
         self.activations = [(_ACTIVATIONS[name], alpha, beta) for name, alpha, beta in attributes.activations]
 
     def _act(self, index: int, a):
@@ -116,12 +111,11 @@ class _Recurrent(TorchOp):
 @register("LSTM")
 class LSTM(_Recurrent):
     op_name, gates, has_cell_state = "LSTM", 4, True
-    default_activations = ("Sigmoid", "Tanh", "Tanh")
+    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["LSTM"]
 
-    def __init__(self, activation_alpha=None, activation_beta=None, activations=None, clip=None,
-                 direction="forward", hidden_size=None, input_forget=0, layout=0) -> None:
-        super().__init__(activation_alpha, activation_beta, activations, clip, direction, hidden_size, layout)
-        if int(input_forget):
+    def __init__(self, **attributes) -> None:
+        super().__init__(**attributes)
+        if self.input_forget:
             raise UnsupportedOperatorError("LSTM: input_forget=1 (coupled input and forget gates) is not supported; "
                                            "use input_forget=0")
 
@@ -144,12 +138,7 @@ class LSTM(_Recurrent):
 @register("GRU")
 class GRU(_Recurrent):
     op_name, gates = "GRU", 3
-    default_activations = ("Sigmoid", "Tanh")
-
-    def __init__(self, activation_alpha=None, activation_beta=None, activations=None, clip=None,
-                 direction="forward", hidden_size=None, layout=0, linear_before_reset=0) -> None:
-        super().__init__(activation_alpha, activation_beta, activations, clip, direction, hidden_size, layout)
-        self.linear_before_reset = bool(linear_before_reset)
+    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["GRU"]
 
     def _step(self, acts, xw, h, c, r, rb, p, n):
         rzr = h @ r[:2 * n].t()
@@ -173,7 +162,7 @@ class GRU(_Recurrent):
 @register("RNN")
 class RNN(_Recurrent):
     op_name, gates = "RNN", 1
-    default_activations = ("Tanh",)
+    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["RNN"]
 
     def _step(self, acts, xw, h, c, r, rb, p, n):
         pre = xw + h @ r.t()

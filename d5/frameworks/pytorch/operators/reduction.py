@@ -13,18 +13,19 @@ from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints
 from d5.frameworks.pytorch.operators.elementwise import SIGNED_OF, as_signed, from_order_key, order_key
+from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import normalize_axis
 
 
 class _Reduction(TorchOp):
-    def __init__(self, axes=None, keepdims: int = 1, noop_with_empty_axes: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axes, self.keepdims, self.noop = ints(axes), bool(keepdims), bool(noop_with_empty_axes)
+        adopt(self, operator_attributes(type(self).__name__, attributes))
 
     def forward(self, x, axes=None):
         axes = self.axes if axes is None else ints(axes)
         if not axes:
-            if self.noop:
+            if self.noop_with_empty_axes:
                 return x
             axes = list(range(x.dim()))
         axes = sorted({normalize_axis(type(self).__name__, a, x.dim()) for a in axes})
@@ -97,15 +98,15 @@ def _count(x, axes) -> int:
 class _ArgExtremum(TorchOp):
     largest = True
 
-    def __init__(self, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis, self.keepdims, self.last = int(axis), bool(keepdims), bool(select_last_index)
+        adopt(self, operator_attributes(type(self).__name__, attributes))
 
     def forward(self, x):
         axis = normalize_axis(type(self).__name__, self.axis, x.dim())
         values = x.detach()
         values = values if self.largest else -values if values.is_floating_point() else values.neg()
-        if self.last:
+        if self.select_last_index:
             flipped = torch.argmax(values.flip(axis), dim=axis, keepdim=True)
             index = x.shape[axis] - 1 - flipped
         else:
@@ -143,9 +144,9 @@ class _Scan(TorchOp):
     scan = staticmethod(torch.cumsum)
     identity = 0
 
-    def __init__(self, exclusive: int = 0, reverse: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.exclusive, self.reverse = bool(exclusive), bool(reverse)
+        adopt(self, operator_attributes(type(self).__name__, attributes))
 
     def forward(self, x, axis=None):
         axis = _scan_axis(type(self).__name__, x, axis)

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints
-from d5.ops.onnx_semantics import (as_text, block_attributes, normalize_axis, reshape_target, slice_bounds,
-                                   split_lengths)
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import normalize_axis, reshape_target, slice_bounds, split_lengths
 # ONNX Reshape's target rule (0 copies, -1 inferred, allowzero) is framework-neutral; the reference keeps it.
 
 
@@ -26,9 +26,9 @@ class Identity(TorchOp):
 
 @register("Flatten")
 class Flatten(TorchOp):
-    def __init__(self, axis: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
+        adopt(self, operator_attributes("Flatten", attributes))
 
     def forward(self, x):
         if not -x.dim() <= self.axis <= x.dim():
@@ -40,10 +40,9 @@ class Flatten(TorchOp):
 
 @register("Reshape")
 class Reshape(TorchOp):
-    def __init__(self, allowzero: int = 0, shape=None) -> None:  # shape: the attribute of opsets 1-4
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.allowzero = bool(allowzero)
-        self.shape = ints(shape)
+        adopt(self, operator_attributes("Reshape", attributes))  # shape: the attribute of opsets 1-4
 
     def forward(self, data, shape=None):
         target = self.shape if shape is None else ints(shape)
@@ -52,9 +51,9 @@ class Reshape(TorchOp):
 
 @register("Transpose")
 class Transpose(TorchOp):
-    def __init__(self, perm=None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.perm = ints(perm)
+        adopt(self, operator_attributes("Transpose", attributes))
 
     def forward(self, x):
         perm = self.perm if self.perm is not None else list(range(x.dim() - 1, -1, -1))
@@ -63,9 +62,9 @@ class Transpose(TorchOp):
 
 @register("Concat")
 class Concat(TorchOp):
-    def __init__(self, axis: int) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
+        adopt(self, operator_attributes("Concat", attributes))
 
     def forward(self, *inputs):
         inputs = [x for x in inputs if x is not None]
@@ -77,10 +76,9 @@ class Split(TorchOp):
     """Pieces of the lengths in ``split`` (input from opset 13, attribute before), or ``num_outputs`` (or the
     node's output count) pieces of ceil(dim / n), the last shorter."""
 
-    def __init__(self, axis: int = 0, split=None, num_outputs: int | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis, self.split = int(axis), ints(split)
-        self.num_outputs = None if num_outputs is None else int(num_outputs)
+        adopt(self, operator_attributes("Split", attributes))
 
     def forward(self, x, split=None):
         axis = normalize_axis("Split", self.axis, x.dim())
@@ -95,9 +93,9 @@ class Slice(TorchOp):
     """``data[starts:ends:steps]`` along ``axes`` with ONNX's clamping (inputs from opset 10, attributes before).
     Negative steps flip the axis (torch slices take positive steps only)."""
 
-    def __init__(self, starts=None, ends=None, axes=None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.starts, self.ends, self.axes = ints(starts), ints(ends), ints(axes)
+        adopt(self, operator_attributes("Slice", attributes))
 
     def forward(self, x, starts=None, ends=None, axes=None, steps=None):
         if starts is not None:
@@ -124,12 +122,9 @@ class Pad(TorchOp):
 
     _TORCH_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
 
-    def __init__(self, mode="constant", pads=None, value: float = 0.0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.mode = as_text(mode)
-        if self.mode not in self._TORCH_MODES:
-            raise ShapeError(f"Pad: unknown mode {self.mode!r}; use one of {sorted(self._TORCH_MODES)}")
-        self.pads, self.value = ints(pads), float(value)
+        adopt(self, operator_attributes("Pad", attributes))
 
     def forward(self, x, pads=None, constant_value=None, axes=None):
         pads = self.pads if pads is None else ints(pads)
@@ -170,9 +165,9 @@ class Pad(TorchOp):
 
 @register("Squeeze")
 class Squeeze(TorchOp):
-    def __init__(self, axes=None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axes = ints(axes)
+        adopt(self, operator_attributes("Squeeze", attributes))
 
     def forward(self, x, axes=None):
         axes = self.axes if axes is None else ints(axes)
@@ -186,9 +181,9 @@ class Squeeze(TorchOp):
 
 @register("Unsqueeze")
 class Unsqueeze(TorchOp):
-    def __init__(self, axes=None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axes = ints(axes)
+        adopt(self, operator_attributes("Unsqueeze", attributes))
 
     def forward(self, x, axes=None):
         axes = self.axes if axes is None else ints(axes)
@@ -221,9 +216,9 @@ class Tile(TorchOp):
 
 @register("Shape")
 class Shape(TorchOp):
-    def __init__(self, start: int = 0, end: int | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.start, self.end = int(start), None if end is None else int(end)
+        adopt(self, operator_attributes("Shape", attributes))
 
     def forward(self, x):
         ndim = x.dim()
@@ -248,9 +243,9 @@ class SpaceToDepth(TorchOp):
     """Move ``blocksize`` x ``blocksize`` spatial blocks into channels: (N, C, H, W) -> (N, C*b*b, H/b, W/b);
     ``mode`` DCR (default) puts the block offset before the channel in the output channel index, CRD after."""
 
-    def __init__(self, blocksize: int | None = None, mode="DCR") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.blocksize, self.mode = block_attributes("SpaceToDepth", blocksize, mode)
+        adopt(self, operator_attributes("SpaceToDepth", attributes))
         # Axes of the (n, c, h/b, b, w/b, b) view in output order.
         self.perm = (0, 3, 5, 1, 2, 4) if self.mode == "DCR" else (0, 1, 3, 5, 2, 4)
 
@@ -269,9 +264,9 @@ class DepthToSpace(TorchOp):
     """Move channels into ``blocksize`` x ``blocksize`` spatial blocks: (N, C, H, W) -> (N, C/(b*b), H*b, W*b);
     ``mode`` DCR (default: depth, column, row) or CRD."""
 
-    def __init__(self, blocksize: int | None = None, mode="DCR") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.blocksize, self.mode = block_attributes("DepthToSpace", blocksize, mode)
+        adopt(self, operator_attributes("DepthToSpace", attributes))
 
     def forward(self, x):
         _rank4("DepthToSpace", x)
@@ -291,12 +286,9 @@ class ReverseSequence(TorchOp):
     """Reverse the first ``sequence_lens[b]`` steps along ``time_axis`` of every batch entry ``b`` (one gather,
     so torch differentiates it; the reference has no gradient)."""
 
-    def __init__(self, batch_axis: int = 1, time_axis: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.batch_axis, self.time_axis = int(batch_axis), int(time_axis)
-        if {self.batch_axis, self.time_axis} != {0, 1}:
-            raise ShapeError(f"ReverseSequence: batch_axis and time_axis must be 0 and 1 (either way round), got "
-                             f"{self.batch_axis} and {self.time_axis}")
+        adopt(self, operator_attributes("ReverseSequence", attributes))
 
     def forward(self, x, lengths):
         if x.dim() < 2:

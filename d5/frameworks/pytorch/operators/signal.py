@@ -14,6 +14,7 @@ import torch
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import scalar, torch_dtype
+from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import COSINE_WINDOW_COEFFICIENTS, mel_weight_matrix
 
 
@@ -46,9 +47,9 @@ class DFT(TorchOp):
     zero-padded or cut to ``dft_length``; ``inverse`` scales by 1/n; ``onesided`` keeps the ``n // 2 + 1``
     non-redundant frequencies, or with ``inverse`` takes such a half spectrum to a real signal (irfft)."""
 
-    def __init__(self, axis: int | None = None, inverse: int = 0, onesided: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis, self.inverse, self.onesided = axis, bool(inverse), bool(onesided)
+        adopt(self, operator_attributes("DFT", attributes))
 
     def forward(self, x, dft_length=None, axis=None):
         if x.dim() < 2 or x.shape[-1] not in (1, 2):
@@ -81,9 +82,9 @@ class STFT(TorchOp):
     every ``frame_step`` (no padding), times ``window``, each transformed by a DFT of ``frame_length`` points;
     output [batch, frames, bins, 2], ``bins = frame_length // 2 + 1`` when ``onesided``."""
 
-    def __init__(self, onesided: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.onesided = bool(onesided)
+        adopt(self, operator_attributes("STFT", attributes))
 
     def forward(self, signal, frame_step, window=None, frame_length=None):
         if signal.dim() != 3 or signal.shape[-1] not in (1, 2):
@@ -115,10 +116,10 @@ class _CosineSumWindow(TorchOp):
     """``w[n] = sum_k (-1)^k a_k cos(2 pi k n / N)`` for ``n < size``, ``N = size`` (``periodic=1``) or
     ``size - 1`` (a symmetric window of size 1 is ``[1]``), computed in float64, as ``output_datatype``."""
 
-    def __init__(self, periodic: int = 1, output_datatype: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.periodic = bool(periodic)
-        self.dtype = torch_dtype(int(output_datatype))
+        adopt(self, operator_attributes(type(self).__name__, attributes))
+        self.dtype = torch_dtype(self.output_datatype)
         self.coefficients = COSINE_WINDOW_COEFFICIENTS[type(self).__name__]
 
     def forward(self, size):
@@ -157,9 +158,9 @@ class MelWeightMatrix(TorchOp):
 
     _NAMES = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
 
-    def __init__(self, output_datatype: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.dtype = torch_dtype(int(output_datatype))
+        self.dtype = torch_dtype(operator_attributes("MelWeightMatrix", attributes).output_datatype)
 
     def forward(self, *inputs):
         if len(inputs) != 5:

@@ -15,7 +15,6 @@ array([[0.25, 0.75]])
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import scipy.special
@@ -25,7 +24,8 @@ from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import float_compute_dtype, require_rank, scalar_input
 from d5.frameworks.reference.operators.elementwise import (UnaryOp, as_dtype_of, broadcast_error, ensure_array,
                                                            is_float, scalar_like, unbroadcast)
-from d5.ops.onnx_semantics import as_text, normalize_axis, optional_input
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import normalize_axis, optional_input
 from d5.ops.operator import Gradient
 
 
@@ -107,9 +107,9 @@ class Tanh(ReferenceOp):
 class LeakyRelu(ReferenceOp):
     """``X`` where ``X >= 0``, ``alpha * X`` elsewhere."""
 
-    def __init__(self, alpha: float = 0.01) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha = float(alpha)
+        adopt(self, operator_attributes("LeakyRelu", attributes))
 
     def forward(self, inputs):
         x = inputs[0]
@@ -124,9 +124,9 @@ class LeakyRelu(ReferenceOp):
 class Elu(ReferenceOp):
     """``X`` where ``X >= 0``, ``alpha * (exp(X) - 1)`` elsewhere."""
 
-    def __init__(self, alpha: float = 1.0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha = float(alpha)
+        adopt(self, operator_attributes("Elu", attributes))
 
     def forward(self, inputs):
         x = inputs[0]
@@ -145,9 +145,11 @@ class Elu(ReferenceOp):
 class Softmax(ReferenceOp):
     """``exp(X) / sum(exp(X))`` along ``axis`` (opset 13; default the last axis)."""
 
-    def __init__(self, axis: int = -1) -> None:
+    op_name = "Softmax"
+
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
+        adopt(self, operator_attributes(self.op_name, attributes, opset=13))
 
     def forward(self, inputs):
         x = require_float("Softmax", inputs[0])
@@ -172,9 +174,11 @@ class Softmax(ReferenceOp):
 class LogSoftmax(ReferenceOp):
     """``X - log(sum(exp(X)))`` along ``axis`` (opset 13; default the last axis)."""
 
-    def __init__(self, axis: int = -1) -> None:
+    op_name = "LogSoftmax"
+
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
+        adopt(self, operator_attributes(self.op_name, attributes, opset=13))
 
     def forward(self, inputs):
         x = require_float("LogSoftmax", inputs[0])
@@ -215,17 +219,16 @@ class Dropout(ReferenceOp):
 
     _default_seeds = np.random.SeedSequence(0)
 
-    def __init__(self, seed: int | None = None, ratio: float | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.seed = seed
-        # Before opset 12 the ratio was an attribute; an input (opset 12+) takes precedence.
-        self.default_ratio = 0.5 if ratio is None else float(ratio)
-        if seed is None:
+        # seed, and ratio: an attribute before opset 12; an input (opset 12+) takes precedence.
+        adopt(self, operator_attributes("Dropout", attributes))
+        if self.seed is None:
             # Spawning is how SeedSequence hands out independent child streams; no global RNG is touched.
             self._seed_sequence = Dropout._default_seeds.spawn(1)[0]
         else:
             # ONNX seeds are any int64; SeedSequence takes non-negative ones, so -1 uses its two's complement.
-            self._seed_sequence = np.random.SeedSequence(int(seed) % 2 ** 64)
+            self._seed_sequence = np.random.SeedSequence(self.seed % 2 ** 64)
         self.reset_rng()
 
     def reset_rng(self) -> None:
@@ -264,7 +267,7 @@ class Dropout(ReferenceOp):
 
     def _ratio_and_active(self, inputs) -> tuple[float, bool]:
         ratio, training_mode = optional_input(inputs, 1), optional_input(inputs, 2)
-        ratio = self.default_ratio if ratio is None else scalar_input("Dropout", ratio, "input 'ratio'", float)
+        ratio = self.ratio if ratio is None else scalar_input("Dropout", ratio, "input 'ratio'", float)
         if not 0.0 <= ratio <= 1.0:
             raise ShapeError(f"Dropout: ratio must be in [0, 1], got {ratio}; pass the drop probability")
         training_mode = training_mode is not None and scalar_input("Dropout", training_mode, "input 'training_mode'", bool)
@@ -293,12 +296,9 @@ class Gelu(ReferenceOp):
 
     _C = math.sqrt(2.0 / math.pi)
 
-    def __init__(self, approximate: Any = "none") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        approximate = as_text(approximate)
-        if approximate not in ("none", "tanh"):
-            raise ShapeError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-        self.tanh = approximate == "tanh"
+        self.tanh = operator_attributes("Gelu", attributes).approximate == "tanh"
 
     def forward(self, inputs):
         x = inputs[0]
@@ -320,9 +320,9 @@ class Gelu(ReferenceOp):
 class HardSigmoid(ReferenceOp):
     """``max(0, min(1, alpha * X + beta))``."""
 
-    def __init__(self, alpha: float = 0.2, beta: float = 0.5) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha, self.beta = float(alpha), float(beta)
+        adopt(self, operator_attributes("HardSigmoid", attributes))
 
     def forward(self, inputs):
         x = inputs[0]
@@ -338,9 +338,9 @@ class HardSigmoid(ReferenceOp):
 class Selu(ReferenceOp):
     """``gamma * X`` for ``X > 0``, ``gamma * alpha * (exp(X) - 1)`` elsewhere."""
 
-    def __init__(self, alpha: float = 1.67326319217681884765625, gamma: float = 1.05070102214813232421875) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha, self.gamma = float(alpha), float(gamma)
+        adopt(self, operator_attributes("Selu", attributes))
 
     def forward(self, inputs):
         x = inputs[0]
@@ -396,9 +396,9 @@ def _channel_slope(x: np.ndarray, slope: np.ndarray) -> np.ndarray:
 class Celu(ReferenceOp):
     """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
 
-    def __init__(self, alpha: float = 1.0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha = float(alpha)
+        adopt(self, operator_attributes("Celu", attributes))
 
     def forward(self, inputs):
         x = inputs[0]
@@ -413,9 +413,9 @@ class Celu(ReferenceOp):
 class ThresholdedRelu(ReferenceOp):
     """``x`` where ``x > alpha``, else 0."""
 
-    def __init__(self, alpha: float = 1.0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha = float(alpha)
+        adopt(self, operator_attributes("ThresholdedRelu", attributes))
 
     def forward(self, inputs):
         x = inputs[0]
@@ -463,9 +463,9 @@ class Shrink(ReferenceOp):
     array([-1.5,  0. ,  1.5], dtype=float32)
     """
 
-    def __init__(self, bias: float = 0.0, lambd: float = 0.5) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.bias, self.lambd = float(bias), float(lambd)
+        adopt(self, operator_attributes("Shrink", attributes))
 
     def forward(self, inputs):
         x = inputs[0]
@@ -492,9 +492,9 @@ class Swish(ReferenceOp):
     [0.0, 0.7311]
     """
 
-    def __init__(self, alpha: float = 1.0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha = float(alpha)
+        adopt(self, operator_attributes("Swish", attributes))
 
     def forward(self, inputs):
         x = np.asarray(inputs[0])
@@ -517,9 +517,9 @@ class SwiGLU(ReferenceOp):
     [1.4621]
     """
 
-    def __init__(self, alpha: float = 1.0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha = float(alpha)
+        adopt(self, operator_attributes("SwiGLU", attributes))
 
     def _prepare(self, inputs):
         if len(inputs) != 2 or inputs[0] is None or inputs[1] is None:
@@ -549,9 +549,11 @@ class Hardmax(ReferenceOp):
 
     gradient = Gradient.ZERO  # a one-hot of the argmax: locally constant
 
-    def __init__(self, axis: int = -1) -> None:
+    op_name = "Hardmax"
+
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
+        adopt(self, operator_attributes(self.op_name, attributes, opset=13))
 
     def forward(self, inputs):
         x = require_rank("Hardmax", require_float("Hardmax", inputs[0]), "input", at_least=1)
@@ -576,9 +578,9 @@ class _CoercedTo2D:
     (2.0, 4.0)
     """
 
-    def __init__(self, axis: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__(axis=-1)
-        self.coerce_axis = int(axis)
+        self.coerce_axis = operator_attributes(self.op_name, attributes, opset=12).axis
 
     def _as_2d(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x)

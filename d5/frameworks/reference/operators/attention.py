@@ -20,6 +20,7 @@ import numpy as np
 from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import float_compute_dtype, require_broadcastable
+from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.operator import Gradient
 
 
@@ -88,27 +89,11 @@ class Attention(ReferenceOp):
     gradient = Gradient.NONE
     no_gradient_reason = "it is forward only in d5; train through the equivalent MatMul/Softmax subgraph instead"
 
-    def __init__(self, is_causal: int = 0, kv_num_heads: int = 0, q_num_heads: int = 0,
-                 qk_matmul_output_mode: int = 0, scale: float | None = None, softcap: float = 0.0,
-                 softmax_precision: int | None = None, left_window_size: int = -1,
-                 right_window_size: int = -1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.is_causal = bool(is_causal)
-        self.kv_num_heads = int(kv_num_heads)
-        self.q_num_heads = int(q_num_heads)
-        self.qk_mode = int(qk_matmul_output_mode)
-        if self.qk_mode not in (_QK_RAW, _QK_SOFTCAPPED, _QK_WITH_BIAS, _QK_SOFTMAX):
-            raise ShapeError(f"Attention: qk_matmul_output_mode must be 0, 1, 2 or 3, got {qk_matmul_output_mode}")
-        self.scale = None if scale is None else float(scale)
-        self.softcap = float(softcap)
         # softmax_precision only asks for at least the input's precision; d5 always computes the softmax in
         # float32 or wider, which meets every float request but float64.
-        self.softmax_precision = softmax_precision
-        self.left_window_size = int(left_window_size)
-        self.right_window_size = int(right_window_size)
-        if self.left_window_size < -1 or self.right_window_size < -1:
-            raise ShapeError("Attention: left_window_size and right_window_size must be -1 (unbounded) or >= 0, "
-                             f"got {left_window_size} and {right_window_size}")
+        adopt(self, operator_attributes("Attention", attributes))
 
     def forward(self, inputs):
         q, k, v, mask, past_key, past_value, nonpad = (list(inputs) + [None] * 7)[:7]
@@ -169,7 +154,7 @@ class Attention(ReferenceOp):
         if three_d:
             y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
         debug = {_QK_RAW: raw_scores, _QK_SOFTCAPPED: scores, _QK_WITH_BIAS: biased,
-                 _QK_SOFTMAX: probabilities}[self.qk_mode]
+                 _QK_SOFTMAX: probabilities}[self.qk_matmul_output_mode]
         return (y.astype(out_dtype), present_key, present_value, debug.astype(out_dtype))
 
     # -- helpers ----------------------------------------------------------------------------------------
@@ -248,11 +233,9 @@ class RotaryEmbedding(ReferenceOp):
     [[[[0.0, 1.0]]]]
     """
 
-    def __init__(self, interleaved: int = 0, num_heads: int = 0, rotary_embedding_dim: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.interleaved = bool(interleaved)
-        self.num_heads = int(num_heads)
-        self.rotary_embedding_dim = int(rotary_embedding_dim)
+        adopt(self, operator_attributes("RotaryEmbedding", attributes))
 
     def forward(self, inputs):
         return self._rotate(inputs, inputs[0], sign=1.0)

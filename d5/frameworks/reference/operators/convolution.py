@@ -25,7 +25,6 @@ forward, so both reuse d5._C's im2col/col2im (``_windows``' NumPy ones for 3-D) 
 from __future__ import annotations
 
 import itertools
-from typing import Sequence
 
 import numpy as np
 
@@ -34,24 +33,9 @@ from d5.frameworks.reference.kernels import Window2D, as_kernel_array, compute_d
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import require_rank
 from d5.frameworks.reference.operators._windows import WindowND, resolve_window, window_kernels
-from d5.ops.onnx_semantics import as_text, check_window_attributes, col2im_geometry, int_tuple
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import col2im_geometry, conv_transpose_geometry
 from d5.ops.operator import Gradient
-
-
-def _set_window_attributes(op: ReferenceOp, op_name: str, auto_pad, dilations, group, kernel_shape, pads, strides,
-                           output_padding=None) -> None:
-    """Parse Conv's and ConvTranspose's shared attributes onto ``op`` and check them (with ConvTranspose's
-    ``output_padding``)."""
-    op.auto_pad = as_text(auto_pad)
-    op.dilations = int_tuple(dilations)
-    op.group = int(group)
-    op.kernel_shape = int_tuple(kernel_shape)
-    op.pads = int_tuple(pads)
-    op.strides = int_tuple(strides)
-    if op.group < 1:
-        raise ShapeError(f"{op_name}: group must be a positive integer, got {group}")
-    check_window_attributes(op_name, auto_pad=op.auto_pad, kernel_shape=op.kernel_shape, strides=op.strides,
-                            dilations=op.dilations, pads=op.pads, output_padding=int_tuple(output_padding))
 
 
 @register("Conv")
@@ -72,11 +56,9 @@ class Conv(ReferenceOp):
     #: Use the C++ im2col + BLAS kernel when scipy's BLAS is registered; False forces the NumPy path.
     use_blas_kernel: bool = True
 
-    def __init__(self, auto_pad: str = "NOTSET", dilations: Sequence[int] | None = None, group: int = 1,
-                 kernel_shape: Sequence[int] | None = None, pads: Sequence[int] | None = None,
-                 strides: Sequence[int] | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        _set_window_attributes(self, "Conv", auto_pad, dilations, group, kernel_shape, pads, strides)
+        adopt(self, operator_attributes("Conv", attributes))
 
     # -- forward / backward ---------------------------------------------------------------------------
 
@@ -209,15 +191,9 @@ class ConvTranspose(ReferenceOp):
     array([[[1., 3., 2.]]])
     """
 
-    def __init__(self, auto_pad: str = "NOTSET", dilations: Sequence[int] | None = None, group: int = 1,
-                 kernel_shape: Sequence[int] | None = None, output_padding: Sequence[int] | None = None,
-                 output_shape: Sequence[int] | None = None, pads: Sequence[int] | None = None,
-                 strides: Sequence[int] | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.output_padding = int_tuple(output_padding)
-        self.output_shape = int_tuple(output_shape)
-        _set_window_attributes(self, "ConvTranspose", auto_pad, dilations, group, kernel_shape, pads, strides,
-                               output_padding)
+        adopt(self, operator_attributes("ConvTranspose", attributes))
 
     def forward(self, inputs):
         x, w, b, geo = self._prepare(inputs)
@@ -254,55 +230,18 @@ class ConvTranspose(ReferenceOp):
     # -- geometry ---------------------------------------------------------------------------------------
 
     def _geometry(self, spatial: tuple[int, ...], kernel: tuple[int, ...]) -> dict:
-        rank = len(spatial)
-        strides = self.strides or (1,) * rank
-        dilations = self.dilations or (1,) * rank
-        output_padding = self.output_padding or (0,) * rank
-        for name, values in (("strides", strides), ("dilations", dilations), ("output_padding", output_padding)):
-            if len(values) != rank:
-                raise ShapeError(f"ConvTranspose: {name} must have {rank} values (one per spatial axis), got "
-                                 f"{list(values)}")
         if self.kernel_shape is not None and self.kernel_shape != kernel:
             raise ShapeError(f"ConvTranspose: attribute kernel_shape={list(self.kernel_shape)} disagrees with W's "
                              f"kernel {list(kernel)}; fix the attribute or the weights")
-        extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-        natural = [s * (i - 1) + op + e for s, i, op, e in zip(strides, spatial, output_padding, extent)]
-        if self.output_shape:
-            # ONNX: a given output_shape overrides the pads, which are derived from it; the odd unit of the
-            # total goes at the end for SAME_UPPER and at the beginning otherwise (NOTSET, SAME_LOWER).
-            if len(self.output_shape) not in (rank, rank + 2):  # the spatial sizes (or, leniently, N, C too)
-                raise ShapeError(f"ConvTranspose: output_shape must have {rank} values (one per spatial axis), got "
-                                 f"{list(self.output_shape)}")
-            out = list(self.output_shape[-rank:])
-            begin = self._derived_pads_begin(natural, out)
-        elif self.auto_pad in ("SAME_UPPER", "SAME_LOWER") and self.pads is None:
-            # output = input * stride, the pads split as above; where that is more than the unpadded output
-            # (stride > dilated kernel), the total pad is clamped at 0 and the output is the unpadded one, as
-            # onnxruntime and ONNX's shape inference (which executors plan memory with) have it.
-            out = [min(nat, i * s) for nat, i, s in zip(natural, spatial, strides)]
-            begin = self._derived_pads_begin(natural, out)
-        else:
-            pads = (0,) * (2 * rank) if self.pads is None or self.auto_pad == "VALID" else self.pads
-            if len(pads) != 2 * rank:
-                raise ShapeError(f"ConvTranspose: pads must have {2 * rank} values (begins, then ends), got {list(pads)}")
-            begin = list(pads[:rank])
-            out = [nat - pb - pe for nat, pb, pe in zip(natural, pads[:rank], pads[rank:])]
-        if any(p < 0 for p in begin) or any(o <= 0 for o in out):
-            raise UnsupportedOperatorError(
-                f"ConvTranspose: the attributes give output size {out} with leading pads {begin}; negative leading "
-                "pads and empty outputs are not supported; check output_shape/pads")
-        if rank == 1:
-            return {"in": (1, spatial[0]), "out": (1, out[0]), "kernel": (1, kernel[0]), "strides": (1, strides[0]),
-                    "dilations": (1, dilations[0]), "pads_begin": (0, begin[0]), "rank": 1}
-        return {"in": tuple(spatial), "out": tuple(out), "kernel": tuple(kernel), "strides": tuple(strides),
-                "dilations": tuple(dilations), "pads_begin": tuple(begin), "rank": rank}
-
-    def _derived_pads_begin(self, natural: list[int], out: list[int]) -> list[int]:
-        """The leading pads that turn the unpadded output size ``natural`` into ``out`` (ONNX's formula)."""
-        total = [nat - o for nat, o in zip(natural, out)]
-        if self.auto_pad == "SAME_UPPER":
-            return [t // 2 for t in total]
-        return [t - t // 2 for t in total]
+        geometry = conv_transpose_geometry(spatial, kernel, strides=self.strides, dilations=self.dilations,
+                                           output_padding=self.output_padding, pads=self.pads,
+                                           output_shape=self.output_shape, auto_pad=self.auto_pad)
+        if len(spatial) == 1:  # lifted to 2-D for the kernels
+            return {"in": (1, spatial[0]), "out": (1, *geometry.out), "kernel": (1, kernel[0]),
+                    "strides": (1, *geometry.strides), "dilations": (1, *geometry.dilations),
+                    "pads_begin": (0, *geometry.pads_begin), "rank": 1}
+        return {"in": tuple(spatial), "out": geometry.out, "kernel": tuple(kernel), "strides": geometry.strides,
+                "dilations": geometry.dilations, "pads_begin": geometry.pads_begin, "rank": len(spatial)}
 
     def _prepare(self, inputs):
         if len(inputs) not in (2, 3):
@@ -341,13 +280,9 @@ class Col2Im(ReferenceOp):
 
     gradient = Gradient.NONE
 
-    def __init__(self, dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None,
-                 strides: Sequence[int] | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.dilations = int_tuple(dilations)
-        self.pads = int_tuple(pads)
-        self.strides = int_tuple(strides)
-        check_window_attributes("Col2Im", strides=self.strides, dilations=self.dilations, pads=self.pads)
+        adopt(self, operator_attributes("Col2Im", attributes))
 
     def forward(self, inputs):
         columns = require_rank("Col2Im", inputs[0], "input (N, C * prod(block_shape), L)", rank=3)

@@ -40,7 +40,8 @@ import scipy.special
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import onnx_dtype, require_integer
-from d5.ops.onnx_semantics import as_text, not_broadcastable, unbroadcast_axes
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import not_broadcastable, unbroadcast_axes
 from d5.ops.operator import Gradient
 
 
@@ -308,9 +309,9 @@ class Clip(ReferenceOp):
     """``min(max(X, min), max)``; ``min``/``max`` are optional scalar inputs (attributes before opset 11).
     If min > max every element becomes max. The gradient passes where ``min <= X <= max``."""
 
-    def __init__(self, min: float | None = None, max: float | None = None) -> None:  # noqa: A002 (ONNX names)
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.low, self.high = min, max
+        self.low, self.high = operator_attributes("Clip", attributes)  # min, max
 
     def _bounds(self, inputs) -> tuple[Any, Any]:
         x = inputs[0]
@@ -466,13 +467,13 @@ class IsInf(_Predicate):
 
     op_name = "IsInf"
 
-    def __init__(self, detect_negative: int = 1, detect_positive: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.negative, self.positive = bool(detect_negative), bool(detect_positive)
+        adopt(self, operator_attributes("IsInf", attributes))
 
     def forward(self, inputs):
         x = inputs[0]
-        return ensure_array((np.isposinf(x) & self.positive) | (np.isneginf(x) & self.negative))
+        return ensure_array((np.isposinf(x) & self.detect_positive) | (np.isneginf(x) & self.detect_negative))
 
 
 @register("Mod")
@@ -480,9 +481,9 @@ class Mod(ReferenceOp):
     """Remainder: with the sign of the divisor (``fmod=0``, as Python's %) or of the dividend (``fmod=1``, as
     C's fmod). Integer division by zero gives 0."""
 
-    def __init__(self, fmod: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.fmod = bool(fmod)
+        adopt(self, operator_attributes("Mod", attributes))
 
     def forward(self, inputs):
         a, b = inputs[0], inputs[1]
@@ -517,11 +518,9 @@ class BitShift(ReferenceOp):
     gradient = Gradient.NONE
     no_gradient_reason = "its outputs are discrete"
 
-    def __init__(self, direction: str = "") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.direction = as_text(direction).upper()
-        if self.direction not in ("LEFT", "RIGHT"):
-            raise ShapeError(f"BitShift: direction must be 'LEFT' or 'RIGHT', got {direction!r}")
+        adopt(self, operator_attributes("BitShift", attributes))
 
     def forward(self, inputs):
         x, shift = inputs[0], inputs[1]
@@ -581,9 +580,9 @@ class BitCast(ReferenceOp):
     gradient = Gradient.NONE
     no_gradient_reason = "its outputs are discrete"
 
-    def __init__(self, to: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.to = int(to)
+        adopt(self, operator_attributes("BitCast", attributes))
 
     def forward(self, inputs):
         from onnx import TensorProto, helper
@@ -618,9 +617,9 @@ class Cast(ReferenceOp):
     """Convert to the ONNX data type ``to`` (a ``TensorProto.DataType`` number). The gradient flows back
     (cast to the input's dtype) between floating types only."""
 
-    def __init__(self, to: Any, saturate: int = 1, round_mode: Any = "up") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.dtype = onnx_dtype(to)
+        self.dtype = onnx_dtype(operator_attributes("Cast", attributes).to)
 
     def forward(self, inputs):
         return _cast(inputs[0], self.dtype)
@@ -634,8 +633,9 @@ class Cast(ReferenceOp):
 class CastLike(ReferenceOp):
     """Convert the first input to the dtype of the second."""
 
-    def __init__(self, saturate: int = 1, round_mode: Any = "up") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
+        operator_attributes("CastLike", attributes)  # saturate and round_mode, which change no conversion here
 
     def forward(self, inputs):
         return _cast(inputs[0], inputs[1].dtype)

@@ -10,14 +10,13 @@ array([1, 3, 5])
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
-
 import numpy as np
 
 from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import int_list, onnx_dtype, scalar_input
 from d5.network.memory import check_allocation
+from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import as_text, range_length, tensor_attribute
 from d5.ops.operator import Gradient
 
@@ -29,28 +28,20 @@ class Constant(ReferenceOp):
 
     gradient = Gradient.NONE
 
-    def __init__(self, value: Any = None, value_float: float | None = None, value_floats: Sequence[float] | None = None,
-                 value_int: int | None = None, value_ints: Sequence[int] | None = None,
-                 value_string: Any = None, value_strings: Sequence[Any] | None = None, sparse_value: Any = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        given = {name: v for name, v in [("value", value), ("value_float", value_float), ("value_floats", value_floats),
-                                          ("value_int", value_int), ("value_ints", value_ints),
-                                          ("value_string", value_string), ("value_strings", value_strings),
-                                          ("sparse_value", sparse_value)] if v is not None}
-        if len(given) != 1:
-            raise ShapeError(f"Constant: exactly one value attribute must be set, got {sorted(given) or 'none'}")
-        if sparse_value is not None:
+        name, value = operator_attributes("Constant", attributes)  # the one value attribute given
+        if name == "sparse_value":
             raise ShapeError("Constant: sparse_value is not supported by the reference framework; use a dense 'value'")
-        if value is not None:
+        if name == "value":
             self.value = tensor_attribute(value)
-        elif value_float is not None or value_floats is not None:
-            self.value = np.asarray(value_float if value_floats is None else list(value_floats), dtype=np.float32)
-        elif value_int is not None or value_ints is not None:
-            self.value = np.asarray(value_int if value_ints is None else list(value_ints), dtype=np.int64)
+        elif name in ("value_float", "value_floats"):
+            self.value = np.asarray(value if name == "value_float" else list(value), dtype=np.float32)
+        elif name in ("value_int", "value_ints"):
+            self.value = np.asarray(value if name == "value_int" else list(value), dtype=np.int64)
         else:
-            strings = [value_string] if value_strings is None else list(value_strings)
-            decoded = [as_text(s) for s in strings]
-            self.value = np.asarray(decoded[0] if value_strings is None else decoded, dtype=object)
+            decoded = [as_text(s) for s in ([value] if name == "value_string" else list(value))]
+            self.value = np.asarray(decoded[0] if name == "value_string" else decoded, dtype=object)
 
     def forward(self, inputs):
         return self.value
@@ -66,8 +57,9 @@ class ConstantOfShape(ReferenceOp):
 
     gradient = Gradient.NONE
 
-    def __init__(self, value: Any = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
+        value = operator_attributes("ConstantOfShape", attributes).value
         self.value = np.zeros(1, np.float32) if value is None else tensor_attribute(value)
         if self.value.size != 1:
             raise ShapeError(f"ConstantOfShape: value must hold exactly one element, got shape {self.value.shape}")
@@ -99,11 +91,10 @@ class Range(ReferenceOp):
     # reaches start or delta), as it always has: backpropagation stops here instead of failing.
     gradient = Gradient.ZERO
 
-    def __init__(self, stash_type: int | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        if stash_type is not None and int(stash_type) not in _RANGE_STASH_DTYPES:
-            raise ShapeError(f"Range: stash_type must be 1 (FLOAT) or 11 (DOUBLE), got {stash_type}")
-        self.stash_dtype = None if stash_type is None else _RANGE_STASH_DTYPES[int(stash_type)]
+        stash_type = operator_attributes("Range", attributes).stash_type
+        self.stash_dtype = None if stash_type is None else _RANGE_STASH_DTYPES[stash_type]
 
     def forward(self, inputs):
         for value, what in zip(inputs[:3], ("start", "limit", "delta")):
@@ -127,9 +118,9 @@ class EyeLike(ReferenceOp):
 
     gradient = Gradient.ZERO  # an identity: locally constant
 
-    def __init__(self, dtype: int | None = None, k: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.dtype, self.k = dtype, int(k)
+        adopt(self, operator_attributes("EyeLike", attributes))
 
     def forward(self, inputs):
         x = inputs[0]

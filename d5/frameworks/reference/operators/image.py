@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
 from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import optional_array, require_rank, scalar_input
-from d5.ops.onnx_semantics import (as_text, cubic_kernel, grid_sample_modes, int_tuple, normalized_grid_positions,
-                                   reflect_coordinates, resize_attributes, resize_plan, resize_taps)
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import grid_sample_taps, normalized_grid_positions, resize_plan, resize_taps
 from d5.ops.operator import Gradient
 
 
@@ -57,15 +57,9 @@ class Resize(ReferenceOp):
     #: Opsets 10-12 (Resize11) also accept coordinate_transformation_mode 'tf_half_pixel_for_nn'.
     legacy_modes = False
 
-    def __init__(self, mode: str = "nearest", coordinate_transformation_mode: str = "half_pixel",
-                 nearest_mode: str = "round_prefer_floor", cubic_coeff_a: float = -0.75, exclude_outside: int = 0,
-                 extrapolation_value: float = 0.0, antialias: int = 0, axes: Sequence[int] | None = None,
-                 keep_aspect_ratio_policy: str = "stretch") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        attributes = resize_attributes(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a,
-                                       exclude_outside, extrapolation_value, antialias, axes, keep_aspect_ratio_policy)
-        for name, value in attributes.items():
-            setattr(self, name, value)
+        adopt(self, operator_attributes("Resize", attributes))
 
     # -- geometry (the rules are d5.ops.onnx_semantics.resize_plan / resize_taps)
     def _plan(self, inputs) -> list[tuple[int, float, int, tuple[float, float] | None]]:
@@ -125,21 +119,9 @@ class GridSample(ReferenceOp):
 
     gradient = Gradient.NONE
 
-    def __init__(self, align_corners: int = 0, mode: str = "linear", padding_mode: str = "zeros") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.align_corners = bool(align_corners)
-        self.mode, self.padding_mode = grid_sample_modes(mode, padding_mode)
-
-    def _taps(self, coordinate: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(index, weight) pairs of the input points each coordinate reads."""
-        if self.mode == "nearest":
-            return [(coordinate.astype(np.int64), np.ones_like(coordinate))]
-        base = np.floor(coordinate)
-        t = coordinate - base
-        base = base.astype(np.int64)
-        if self.mode == "linear":
-            return [(base, 1 - t), (base + 1, t)]
-        return [(base + k, cubic_kernel(t - k, -0.75)) for k in (-1, 0, 1, 2)]
+        adopt(self, operator_attributes("GridSample", attributes))
 
     def forward(self, inputs):
         x = require_rank("GridSample", inputs[0], "X (N, C, *spatial)", at_least=3)
@@ -150,30 +132,10 @@ class GridSample(ReferenceOp):
                              f"expected (N, *output, {len(spatial)})")
         batch = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
         channels_last = np.moveaxis(x, 1, -1)
-        per_axis = []
-        for axis, size in enumerate(spatial):
-            g = grid[..., len(spatial) - 1 - axis]  # grid's last axis is (x, y, z): reversed spatial order
-            if self.align_corners:
-                coordinate, low, high = (g + 1) / 2 * (size - 1), 0.0, size - 1.0
-            else:
-                coordinate, low, high = ((g + 1) * size - 1) / 2, -0.5, size - 0.5
-            if self.mode == "nearest":
-                coordinate = np.rint(coordinate)
-            if self.padding_mode == "border":
-                coordinate = np.where((coordinate < low) | (coordinate > high),
-                                      np.clip(coordinate, 0, size - 1), coordinate)
-            elif self.padding_mode == "reflection":
-                coordinate = reflect_coordinates(coordinate, low, high)
-            taps = []
-            for index, weight in self._taps(coordinate):
-                valid = (index >= 0) & (index < size)
-                if self.padding_mode == "reflection":
-                    index = np.trunc(reflect_coordinates(index.astype(np.float64), low, high)).astype(np.int64)
-                    valid = np.ones_like(valid)
-                elif self.padding_mode == "border":  # a tap outside reads the edge (the clip below), not zero
-                    valid = np.ones_like(valid)
-                taps.append((np.clip(index, 0, size - 1), weight * valid))
-            per_axis.append(taps)
+        # grid's last axis is (x, y, z): the spatial axes in reverse order.
+        per_axis = [grid_sample_taps(grid[..., len(spatial) - 1 - axis], size, align_corners=self.align_corners,
+                                     mode=self.mode, padding_mode=self.padding_mode)
+                    for axis, size in enumerate(spatial)]
         out = np.zeros(grid.shape[:-1] + (x.shape[1],))
         for combination in itertools.product(*per_axis):
             weight = np.prod([w for _, w in combination], axis=0)
@@ -196,9 +158,9 @@ class AffineGrid(ReferenceOp):
     [[[-1.0, -1.0], [1.0, -1.0]], [[-1.0, 1.0], [1.0, 1.0]]]
     """
 
-    def __init__(self, align_corners: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.align_corners = bool(align_corners)
+        adopt(self, operator_attributes("AffineGrid", attributes))
 
     def _base(self, inputs) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
         """theta, the (points, ndim + 1) homogeneous base coordinates in row-major order, and the output size."""
@@ -232,9 +194,9 @@ class CenterCropPad(ReferenceOp):
 
     gradient = Gradient.NONE
 
-    def __init__(self, axes: Sequence[int] | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axes = int_tuple(axes)
+        adopt(self, operator_attributes("CenterCropPad", attributes))
 
     def forward(self, inputs):
         x = inputs[0]
@@ -295,20 +257,12 @@ class RoiAlign(ReferenceOp):
 
     gradient = Gradient.NONE
 
-    def __init__(self, coordinate_transformation_mode: Any = "half_pixel", mode: Any = "avg", output_height: int = 1,
-                 output_width: int = 1, sampling_ratio: int = 0, spatial_scale: float = 1.0) -> None:
+    #: The opset whose RoiAlign attributes (and defaults) this version takes.
+    since = 16
+
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.half_pixel = as_text(coordinate_transformation_mode) == "half_pixel"
-        if as_text(coordinate_transformation_mode) not in ("half_pixel", "output_half_pixel"):
-            raise ShapeError("RoiAlign: coordinate_transformation_mode must be 'half_pixel' or 'output_half_pixel', "
-                             f"got {as_text(coordinate_transformation_mode)!r}")
-        self.mode = as_text(mode).lower()
-        if self.mode not in ("avg", "max"):
-            raise ShapeError(f"RoiAlign: mode must be 'avg' or 'max', got {as_text(mode)!r}")
-        self.out_h, self.out_w = int(output_height), int(output_width)
-        if self.out_h < 1 or self.out_w < 1:
-            raise ShapeError(f"RoiAlign: output_height and output_width must be >= 1, got {self.out_h}, {self.out_w}")
-        self.sampling_ratio, self.spatial_scale = int(sampling_ratio), float(spatial_scale)
+        adopt(self, operator_attributes("RoiAlign", attributes, opset=self.since))
 
     def forward(self, inputs):
         x, rois, batch_indices = (np.asarray(v) for v in inputs[:3])
@@ -320,25 +274,25 @@ class RoiAlign(ReferenceOp):
         n, channels, height, width = x.shape
         if batch_indices.size and (batch_indices.min() < 0 or batch_indices.max() >= n):
             raise ShapeError(f"RoiAlign: batch_indices must lie in [0, {n}), got {batch_indices.tolist()}")
-        out = np.zeros((rois.shape[0], channels, self.out_h, self.out_w), dtype=np.float64)
+        out = np.zeros((rois.shape[0], channels, self.output_height, self.output_width), dtype=np.float64)
         offset = 0.5 if self.half_pixel else 0.0
         for r, (box, image) in enumerate(zip(rois.astype(np.float64), batch_indices.astype(np.int64))):
             x1, y1, x2, y2 = box * self.spatial_scale - offset
             roi_w, roi_h = x2 - x1, y2 - y1
             if not self.half_pixel:
                 roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
-            bin_h, bin_w = roi_h / self.out_h, roi_w / self.out_w
-            grid_h = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_h / self.out_h))
-            grid_w = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_w / self.out_w))
+            bin_h, bin_w = roi_h / self.output_height, roi_w / self.output_width
+            grid_h = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_h / self.output_height))
+            grid_w = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_w / self.output_width))
             if grid_h <= 0 or grid_w <= 0:
                 continue  # no sample points: the bins stay 0, as in onnxruntime
-            y_low, y_high, wy_low, wy_high = _sample_axis(y1, bin_h, self.out_h, grid_h, height)
-            x_low, x_high, wx_low, wx_high = _sample_axis(x1, bin_w, self.out_w, grid_w, width)
+            y_low, y_high, wy_low, wy_high = _sample_axis(y1, bin_h, self.output_height, grid_h, height)
+            x_low, x_high, wx_low, wx_high = _sample_axis(x1, bin_w, self.output_width, grid_w, width)
             image_x = x[image].astype(np.float64)
             corners = [image_x[:, ys][:, :, xs] * (wy[:, None] * wx[None, :])
                        for ys, wy in ((y_low, wy_low), (y_high, wy_high))
                        for xs, wx in ((x_low, wx_low), (x_high, wx_high))]
-            shape = (channels, self.out_h, grid_h, self.out_w, grid_w)
+            shape = (channels, self.output_height, grid_h, self.output_width, grid_w)
             if self.mode == "avg":
                 out[r] = sum(corners).reshape(shape).sum(axis=(2, 4)) / (grid_h * grid_w)
             else:
@@ -375,11 +329,9 @@ class NonMaxSuppression(ReferenceOp):
     _BLOCK = 128
     _PAIRS = 1 << 19
 
-    def __init__(self, center_point_box: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.center_point_box = int(center_point_box)
-        if self.center_point_box not in (0, 1):
-            raise ShapeError(f"NonMaxSuppression: center_point_box must be 0 or 1, got {center_point_box}")
+        adopt(self, operator_attributes("NonMaxSuppression", attributes))
 
     def _corners(self, boxes: np.ndarray) -> np.ndarray:
         """(…, 4) float32 boxes as ``[x_min, y_min, x_max, y_max]``, computed as onnxruntime does (in float32;
@@ -511,8 +463,7 @@ class RoiAlign10(RoiAlign):
     """RoiAlign of opsets 10-15: no pixel shift. The attribute ``coordinate_transformation_mode`` came with
     opset 16, whose default ``'half_pixel'`` shifts; the older schema always computes ``'output_half_pixel'``."""
 
-    def __init__(self, coordinate_transformation_mode: str = "output_half_pixel", **attributes: Any) -> None:
-        super().__init__(coordinate_transformation_mode=coordinate_transformation_mode, **attributes)
+    since = 10
 
 
 @register("Resize", since=1)

@@ -27,7 +27,8 @@ import numpy as np
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import optional_array, require_rank, scalar_input
-from d5.ops.onnx_semantics import as_text, normalize_axes, normalize_axis, optional_input
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import normalize_axes, normalize_axis, optional_input
 from d5.ops.operator import Gradient
 
 
@@ -79,9 +80,9 @@ def _axis_indices(op_name: str, indices: np.ndarray, dim: int) -> np.ndarray:
 class Gather(ReferenceOp):
     """Take the entries of ``data`` along ``axis`` at ``indices`` (negative indices count from the end)."""
 
-    def __init__(self, axis: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
+        adopt(self, operator_attributes("Gather", attributes))
 
     def forward(self, inputs):
         data = inputs[0]
@@ -105,9 +106,9 @@ class Gather(ReferenceOp):
 class GatherElements(ReferenceOp):
     """``out[i][j] = data[indices[i][j]][j]`` for ``axis=0`` (and likewise for other axes)."""
 
-    def __init__(self, axis: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
+        adopt(self, operator_attributes("GatherElements", attributes))
 
     def forward(self, inputs):
         data, indices = inputs[0], np.asarray(inputs[1])
@@ -163,9 +164,9 @@ class GatherND(ReferenceOp):
     array([2])
     """
 
-    def __init__(self, batch_dims: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.batch_dims = int(batch_dims)
+        adopt(self, operator_attributes("GatherND", attributes))
 
     def forward(self, inputs):
         data, indices = inputs[0], np.asarray(inputs[1])
@@ -195,9 +196,9 @@ class OneHot(ReferenceOp):
     (None, None, array([10.,  5.]))
     """
 
-    def __init__(self, axis: int = -1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
+        adopt(self, operator_attributes("OneHot", attributes))
 
     def forward(self, inputs):
         hot, values = self._hot(inputs)
@@ -254,10 +255,9 @@ class _Scatter(ReferenceOp):
     gradient in d5.
     """
 
-    def __init__(self, reduction: Any = "none") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.reduction = as_text(reduction)
-        _reduction(type(self).__name__, self.reduction)
+        adopt(self, operator_attributes(type(self).__name__, attributes))
 
     def _index(self, data: np.ndarray, indices: Any) -> tuple[tuple, tuple]:
         raise NotImplementedError
@@ -323,10 +323,6 @@ class ScatterElements(_Scatter):
     array([[2., 0., 0., 1.]])
     """
 
-    def __init__(self, axis: int = 0, reduction: Any = "none") -> None:
-        super().__init__(reduction)
-        self.axis = int(axis)
-
     def _index(self, data, indices):
         indices = np.asarray(indices)
         axis = normalize_axis("ScatterElements", self.axis, data.ndim)
@@ -369,12 +365,9 @@ class TensorScatter(ReferenceOp):
     the cache length; ``mode='linear'`` requires ``write_indices[b] + sequence_length <= max_sequence_length``.
     """
 
-    def __init__(self, axis: int = -2, mode: Any = "linear") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
-        self.mode = as_text(mode)
-        if self.mode not in ("linear", "circular"):
-            raise ShapeError(f"TensorScatter: mode must be 'linear' or 'circular', got {self.mode!r}")
+        adopt(self, operator_attributes("TensorScatter", attributes))
 
     def _positions(self, inputs) -> tuple[int, list[np.ndarray]]:
         """The (positive) axis and, per batch element, the cache positions that update rows are written to."""
@@ -441,9 +434,9 @@ class TopK(ReferenceOp):
 
     gradient = Gradient.NONE
 
-    def __init__(self, axis: int = -1, largest: int = 1, sorted: int = 1, k: int | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis, self.largest, self.k = int(axis), bool(largest), k
+        adopt(self, operator_attributes("TopK", attributes))
 
     def forward(self, inputs):
         x = inputs[0]
@@ -471,9 +464,9 @@ class Compress(ReferenceOp):
 
     gradient = Gradient.NONE
 
-    def __init__(self, axis: int | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = None if axis is None else int(axis)
+        adopt(self, operator_attributes("Compress", attributes))
 
     def forward(self, inputs):
         x, condition = inputs[0], np.asarray(inputs[1])
@@ -515,10 +508,9 @@ class Unique(ReferenceOp):
     gradient = Gradient.NONE
     no_gradient_reason = "its outputs are discrete"
 
-    def __init__(self, axis: int | None = None, sorted: int = 1) -> None:  # noqa: A002 (ONNX name)
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = None if axis is None else int(axis)
-        self.sorted = bool(sorted)
+        adopt(self, operator_attributes("Unique", attributes))
 
     def forward(self, inputs):
         x = np.asarray(inputs[0])
@@ -550,9 +542,9 @@ class Trilu(ReferenceOp):
            [0., 0., 1.]])
     """
 
-    def __init__(self, upper: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.upper = bool(upper)
+        adopt(self, operator_attributes("Trilu", attributes))
 
     def _mask(self, inputs) -> np.ndarray:
         x = inputs[0]

@@ -34,7 +34,7 @@ from d5.errors import ShapeError
 from d5.frameworks.reference.kernels import gemm, matmul
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators.elementwise import ensure_array, unbroadcast
-from d5.ops.onnx_semantics import as_text
+from d5.ops.onnx_attributes import adopt, operator_attributes
 
 
 @register("Gemm")
@@ -42,12 +42,9 @@ class Gemm(ReferenceOp):
     """``Y = alpha * A' @ B' + beta * C`` with ``A' = A.T`` if ``transA`` (same for B); C is optional and
     broadcasts to ``(M, N)``."""
 
-    def __init__(self, alpha: float = 1.0, beta: float = 1.0, transA: int = 0, transB: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.alpha = float(alpha)
-        self.beta = float(beta)
-        self.transA = bool(transA)
-        self.transB = bool(transB)
+        adopt(self, operator_attributes("Gemm", attributes))
 
     def forward(self, inputs):
         a, b = self._operands(inputs[0], inputs[1])
@@ -183,9 +180,9 @@ class Einsum(ReferenceOp):
     array(3.)
     """
 
-    def __init__(self, equation: str) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.equation = (as_text(equation)).replace(" ", "")
+        adopt(self, operator_attributes("Einsum", attributes))
 
     def forward(self, inputs):
         arrays = [np.asarray(a) for a in inputs]

@@ -19,17 +19,7 @@ from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators.activation import log_softmax
 from d5.frameworks.reference.operators.elementwise import broadcast_error, ensure_array, unbroadcast
-from d5.ops.onnx_semantics import as_text
-
-
-_REDUCTIONS = ("mean", "sum", "none")
-
-
-def _check_reduction(op_name: str, reduction: str) -> str:
-    reduction = as_text(reduction)  # ONNX string attributes may arrive as bytes
-    if reduction not in _REDUCTIONS:
-        raise ShapeError(f"{op_name}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-    return reduction
+from d5.ops.onnx_attributes import adopt, operator_attributes
 
 
 @register("SoftmaxCrossEntropyLoss")
@@ -43,10 +33,9 @@ class SoftmaxCrossEntropyLoss(ReferenceOp):
     of the non-ignored labels, as ONNX does. Labels get no gradient; weights get theirs.
     """
 
-    def __init__(self, reduction: str = "mean", ignore_index: int | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.reduction = _check_reduction("SoftmaxCrossEntropyLoss", reduction)
-        self.ignore_index = None if ignore_index is None else int(ignore_index)
+        adopt(self, operator_attributes(type(self).__name__, attributes))
 
     def forward(self, inputs):
         scores, labels = inputs[0], inputs[1]
@@ -190,9 +179,9 @@ class MeanSquaredError(ReferenceOp):
     """``reduce((prediction - target) ** 2)`` with ``reduction`` mean (default), sum or none; the target may
     broadcast against the prediction. A d5 operator (domain ``ai.d5``)."""
 
-    def __init__(self, reduction: str = "mean") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.reduction = _check_reduction("MeanSquaredError", reduction)
+        adopt(self, operator_attributes("MeanSquaredError", attributes))
 
     def forward(self, inputs):
         squared = self._difference(inputs[0], inputs[1])

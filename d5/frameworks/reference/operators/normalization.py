@@ -21,16 +21,15 @@ InstanceNormalization, GroupNormalization and MeanVarianceNormalization reuse La
 """
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 
-from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.errors import ShapeError
 from d5.frameworks.reference.kernels import as_kernel_array, compute_dtype, load_native
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import float_compute_dtype, require_broadcastable
 from d5.frameworks.reference.operators.elementwise import unbroadcast
-from d5.ops.onnx_semantics import lrn_attributes, normalize_axis
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import normalize_axis
 
 
 _INPUT_NAMES = ("X", "scale", "B", "input_mean", "input_var")
@@ -54,17 +53,9 @@ class BatchNormalization(ReferenceOp):
     dtype('float32')
     """
 
-    def __init__(self, epsilon: float = 1e-5, momentum: float = 0.9, training_mode: int = 0, spatial: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.epsilon = float(epsilon)
-        self.momentum = float(momentum)
-        self.training_mode = bool(training_mode)
-        if not self.epsilon >= 0:
-            raise ShapeError(f"BatchNormalization: epsilon must be non-negative, got {epsilon}")
-        if int(spatial) != 1:
-            # spatial=0 (opset < 9: statistics per element, not per channel) is long deprecated.
-            raise UnsupportedOperatorError("BatchNormalization: spatial=0 (per-element statistics, opset < 9) is not "
-                                           "supported; re-export the model with opset >= 9")
+        adopt(self, operator_attributes("BatchNormalization", attributes))
         self._state: dict[int, np.ndarray] = {}
         # Statistics of the last batch-statistics forward, reused by backward for that same input array.
         self._saved: tuple | None = None
@@ -181,14 +172,10 @@ class LayerNormalization(ReferenceOp):
     (dtype('float32'), [1.0, 4.0])
     """
 
-    def __init__(self, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
-        self.epsilon = float(epsilon)
-        if int(stash_type) not in _STASH_TYPES:
-            raise ShapeError(f"LayerNormalization: stash_type must be a float TensorProto type (1 = float32, "
-                             f"11 = float64, ...), got {stash_type}")
-        self.stash_dtype = np.dtype(_STASH_TYPES[int(stash_type)])
+        adopt(self, operator_attributes("LayerNormalization", attributes))
+        self.stash_dtype = np.dtype(_STASH_TYPES[self.stash_type])
 
     def _prepare(self, inputs):
         if len(inputs) not in (2, 3) or inputs[0] is None or inputs[1] is None:
@@ -252,9 +239,9 @@ class InstanceNormalization(ReferenceOp):
     [[[-1.0, 1.0]]]
     """
 
-    def __init__(self, epsilon: float = 1e-5) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.epsilon = float(epsilon)
+        adopt(self, operator_attributes("InstanceNormalization", attributes))
 
     def _prepare(self, inputs):
         if len(inputs) != 3 or any(a is None for a in inputs):
@@ -317,9 +304,9 @@ class LRN(ReferenceOp):
     [1.0, 0.5]
     """
 
-    def __init__(self, size: int | None = None, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.size, self.alpha, self.beta, self.bias = lrn_attributes(size, alpha, beta, bias)
+        adopt(self, operator_attributes("LRN", attributes))
         self.half = (self.size - 1) // 2  # channels on each side of c in the window
 
     def _prepare(self, inputs):
@@ -367,16 +354,10 @@ class GroupNormalization(ReferenceOp):
     [-1.342, 0.447, -1.342, 0.447]
     """
 
-    def __init__(self, num_groups: int | None = None, epsilon: float = 1e-5, stash_type: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        if num_groups is None or int(num_groups) < 1:
-            raise ShapeError(f"GroupNormalization: the num_groups attribute is required and must be >= 1, "
-                             f"got {num_groups}")
-        self.num_groups, self.epsilon = int(num_groups), float(epsilon)
-        if int(stash_type) not in _STASH_TYPES:
-            raise ShapeError(f"GroupNormalization: stash_type must be a float TensorProto type (1 = float32, "
-                             f"11 = float64, ...), got {stash_type}")
-        self.stash_dtype = np.dtype(_STASH_TYPES[int(stash_type)])
+        adopt(self, operator_attributes("GroupNormalization", attributes))
+        self.stash_dtype = np.dtype(_STASH_TYPES[self.stash_type])
 
     def _prepare(self, inputs):
         if len(inputs) != 3 or any(a is None for a in inputs):
@@ -465,9 +446,9 @@ class MeanVarianceNormalization(ReferenceOp):
 
     EPSILON = 1e-9
 
-    def __init__(self, axes: Sequence[int] = (0, 2, 3)) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axes = tuple(int(a) for a in axes)
+        adopt(self, operator_attributes("MeanVarianceNormalization", attributes))
 
     def _prepare(self, inputs):
         if len(inputs) != 1 or inputs[0] is None:
@@ -503,14 +484,9 @@ class RMSNormalization(ReferenceOp):
     dtype('float32')
     """
 
-    def __init__(self, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
-        self.epsilon = float(epsilon)
-        if int(stash_type) not in _STASH_TYPES:
-            raise ShapeError(f"RMSNormalization: stash_type must be a float TensorProto type (1 = float32, "
-                             f"11 = float64, ...), got {stash_type}")
-        self.stash_type = int(stash_type)
+        adopt(self, operator_attributes("RMSNormalization", attributes))
 
     def _prepare(self, inputs):
         if len(inputs) != 2 or inputs[0] is None or inputs[1] is None:
@@ -543,11 +519,9 @@ class RMSNormalization(ReferenceOp):
 class LpNormalization(ReferenceOp):
     """``x / ||x||_p`` along ``axis`` (p is 1 or 2)."""
 
-    def __init__(self, axis: int = -1, p: int = 2) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        if int(p) not in (1, 2):
-            raise ShapeError(f"LpNormalization: p must be 1 or 2, got {p}")
-        self.axis, self.p = int(axis), int(p)
+        adopt(self, operator_attributes("LpNormalization", attributes))
 
     def _norm(self, x: np.ndarray) -> np.ndarray:
         axis = normalize_axis("LpNormalization", self.axis, x.ndim)

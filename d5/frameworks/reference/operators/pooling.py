@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Sequence
 
 import numpy as np
 
@@ -24,29 +23,19 @@ from d5.frameworks.reference.operators import _windows
 from d5.frameworks.reference.operators._checks import optional_array, require_rank
 from d5.frameworks.reference.operators._windows import (WindowND, crop_input, resolve_window, uncrop_gradient,
                                                         uncrop_indices)
-from d5.ops.onnx_semantics import as_text, check_window_attributes, int_tuple, unpooled_shape, window_geometry
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import unpooled_shape, window_geometry
 from d5.ops.operator import Gradient
 
 
 class _WindowPool(ReferenceOp):
-    """Shared attribute handling of MaxPool and AveragePool."""
+    """Shared input handling of MaxPool and AveragePool."""
 
     op_name = "Pool"
 
-    def __init__(self, kernel_shape: Sequence[int] | None = None, auto_pad: str = "NOTSET", ceil_mode: int = 0,
-                 dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None,
-                 strides: Sequence[int] | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        if kernel_shape is None:
-            raise ShapeError(f"{self.op_name}: the kernel_shape attribute is required (e.g. kernel_shape=[2, 2])")
-        self.kernel_shape = tuple(int(k) for k in kernel_shape)
-        self.auto_pad = as_text(auto_pad)
-        self.ceil_mode = bool(ceil_mode)
-        self.dilations = int_tuple(dilations)
-        self.pads = int_tuple(pads)
-        self.strides = int_tuple(strides)
-        check_window_attributes(self.op_name, auto_pad=self.auto_pad, kernel_shape=self.kernel_shape,
-                                strides=self.strides, dilations=self.dilations, pads=self.pads)
+        adopt(self, operator_attributes(self.op_name, attributes))
 
     def _prepare(self, inputs) -> tuple[np.ndarray, Window2D | WindowND]:
         """X as a contiguous array of the compute dtype (1-D lifted to 2-D), and its resolved window; the
@@ -90,13 +79,8 @@ class MaxPool(_WindowPool):
 
     op_name = "MaxPool"
 
-    def __init__(self, kernel_shape: Sequence[int] | None = None, auto_pad: str = "NOTSET", ceil_mode: int = 0,
-                 dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None,
-                 storage_order: int = 0, strides: Sequence[int] | None = None) -> None:
-        super().__init__(kernel_shape, auto_pad, ceil_mode, dilations, pads, strides)
-        if int(storage_order) not in (0, 1):
-            raise ShapeError(f"MaxPool: storage_order must be 0 (row-major) or 1 (column-major), got {storage_order}")
-        self.storage_order = int(storage_order)
+    def __init__(self, **attributes) -> None:
+        super().__init__(**attributes)
         # The argmax of the last forward, reused by backward when it receives that same input array.
         self._saved_input: np.ndarray | None = None
         self._saved_indices: np.ndarray | None = None
@@ -171,12 +155,6 @@ class AveragePool(_WindowPool):
     """
 
     op_name = "AveragePool"
-
-    def __init__(self, kernel_shape: Sequence[int] | None = None, auto_pad: str = "NOTSET", ceil_mode: int = 0,
-                 count_include_pad: int = 0, dilations: Sequence[int] | None = None,
-                 pads: Sequence[int] | None = None, strides: Sequence[int] | None = None) -> None:
-        super().__init__(kernel_shape, auto_pad, ceil_mode, dilations, pads, strides)
-        self.count_include_pad = bool(count_include_pad)
 
     def forward(self, inputs):
         x, window = self._prepare(inputs)
@@ -276,26 +254,16 @@ class LpPool(ReferenceOp):
 
     gradient = Gradient.NONE
 
-    def __init__(self, kernel_shape: Sequence[int] | None = None, p: float = 2, auto_pad: str = "NOTSET",
-                 pads: Sequence[int] | None = None, strides: Sequence[int] | None = None,
-                 dilations: Sequence[int] | None = None, ceil_mode: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        if kernel_shape is None:
-            raise ShapeError("LpPool: the kernel_shape attribute is required")
-        self.kernel = [int(k) for k in kernel_shape]
-        self.p, self.auto_pad, self.ceil_mode = float(p), as_text(auto_pad), bool(ceil_mode)
-        self.pads = int_tuple(pads)
-        self.strides = int_tuple(strides)
-        self.dilations = int_tuple(dilations)
-        check_window_attributes("LpPool", auto_pad=self.auto_pad, kernel_shape=self.kernel, strides=self.strides,
-                                dilations=self.dilations, pads=self.pads)
+        adopt(self, operator_attributes("LpPool", attributes))
 
     def forward(self, inputs):
-        dims = len(self.kernel)
+        dims = len(self.kernel_shape)
         x = require_rank("LpPool", inputs[0], f"X (N, C and {dims} spatial axes, from kernel_shape)", rank=dims + 2)
         strides = self.strides or [1] * dims
         dilations = self.dilations or [1] * dims
-        geometry = window_geometry(x.shape[2:], self.kernel, strides=strides, dilations=dilations,
+        geometry = window_geometry(x.shape[2:], self.kernel_shape, strides=strides, dilations=dilations,
                                    pads=self.pads or [0] * (2 * dims), auto_pad=self.auto_pad,
                                    ceil_mode=self.ceil_mode, op_name="LpPool")
         # Negative SAME_* pads: the windows never reach the cropped elements.
@@ -303,11 +271,11 @@ class LpPool(ReferenceOp):
         begin = geometry.applied_pads[:dims]
         # Windows that run past the padded input (ceil_mode) read zeros, which add nothing to the sum.
         end = [max(pad, (n - 1) * s + (k - 1) * d + 1 - size - b) for pad, n, s, k, d, size, b in
-               zip(geometry.applied_pads[dims:], geometry.out, strides, self.kernel, dilations, powered.shape[2:],
-                   begin)]
+               zip(geometry.applied_pads[dims:], geometry.out, strides, self.kernel_shape, dilations,
+                   powered.shape[2:], begin)]
         padded = np.pad(powered, [(0, 0), (0, 0)] + list(zip(begin, end)))
         total = np.zeros(x.shape[:2] + geometry.out)
-        for offset in itertools.product(*[range(k) for k in self.kernel]):
+        for offset in itertools.product(*[range(k) for k in self.kernel_shape]):
             index = tuple(slice(o * d, o * d + (n - 1) * s + 1, s)
                           for o, d, n, s in zip(offset, dilations, geometry.out, strides))
             total += padded[(slice(None), slice(None)) + index]
@@ -331,19 +299,9 @@ class MaxUnpool(ReferenceOp):
     [[[0.0, 5.0, 7.0, 0.0]]]
     """
 
-    def __init__(self, kernel_shape: Sequence[int] | None = None, pads: Sequence[int] | None = None,
-                 strides: Sequence[int] | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        if not kernel_shape:
-            raise ShapeError("MaxUnpool: the kernel_shape attribute is required (e.g. kernel_shape=[2, 2])")
-        self.kernel_shape = tuple(int(k) for k in kernel_shape)
-        rank = len(self.kernel_shape)
-        self.pads = tuple(int(p) for p in pads) if pads else (0,) * (2 * rank)
-        self.strides = tuple(int(s) for s in strides) if strides else (1,) * rank
-        check_window_attributes("MaxUnpool", kernel_shape=self.kernel_shape, strides=self.strides, pads=self.pads)
-        if len(self.pads) != 2 * rank or len(self.strides) != rank:
-            raise ShapeError(f"MaxUnpool: kernel_shape {list(self.kernel_shape)} needs {2 * rank} pads and {rank} "
-                             f"strides, got pads {list(self.pads)} and strides {list(self.strides)}")
+        adopt(self, operator_attributes("MaxUnpool", attributes))
 
     def _layout(self, inputs):
         """(X, flat indices of the last write per position, inferred shape, output shape)."""

@@ -24,7 +24,8 @@ import numpy as np
 
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.reference.operators import ReferenceOp, register
-from d5.ops.onnx_semantics import as_text, check_window_attributes, optional_input, quantization_axis
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import quantization_axis
 from d5.ops.operator import Gradient
 
 
@@ -80,11 +81,9 @@ class QuantizeLinear(_Quantized):
     """``Y = saturate(round(X / scale) + zero_point)``; Y takes the zero point's dtype, else ``output_dtype``,
     else uint8."""
 
-    def __init__(self, axis: int = 1, saturate: int = 1, block_size: int = 0, output_dtype: int = 0,
-                 precision: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis, self.block_size = int(axis), int(block_size)
-        self.output_dtype, self.precision = int(output_dtype), int(precision)
+        adopt(self, operator_attributes("QuantizeLinear", attributes))
 
     def forward(self, inputs):
         from onnx import helper
@@ -114,9 +113,9 @@ class QuantizeLinear(_Quantized):
 class DequantizeLinear(_Quantized):
     """``Y = (X - zero_point) * scale`` in the scale's dtype (or ``output_dtype``)."""
 
-    def __init__(self, axis: int = 1, block_size: int = 0, output_dtype: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis, self.block_size, self.output_dtype = int(axis), int(block_size), int(output_dtype)
+        adopt(self, operator_attributes("DequantizeLinear", attributes))
 
     def forward(self, inputs):
         from onnx import helper
@@ -227,13 +226,10 @@ def _per_channel(value: np.ndarray | None, rank: int) -> Any:
 
 
 class _ConvAttributes(_Quantized):
-    def __init__(self, auto_pad: str = "NOTSET", dilations=None, group: int = 1, kernel_shape=None, pads=None,
-                 strides=None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.conv_attributes = {"auto_pad": auto_pad, "dilations": dilations, "group": group,
-                                "kernel_shape": kernel_shape, "pads": pads, "strides": strides}
-        check_window_attributes(type(self).__name__, auto_pad=as_text(auto_pad), kernel_shape=kernel_shape,
-                                strides=strides, dilations=dilations, pads=pads)
+        operator_attributes(type(self).__name__, attributes)  # Conv's attributes, checked under this op's name
+        self.conv_attributes = attributes
 
 
 @register("ConvInteger")

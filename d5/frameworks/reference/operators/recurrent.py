@@ -19,7 +19,7 @@ import numpy as np
 from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.reference.kernels import compute_dtype
 from d5.frameworks.reference.operators import ReferenceOp, register
-from d5.ops.onnx_semantics import recurrent_attributes
+from d5.ops.onnx_attributes import RECURRENT_DEFAULT_ACTIVATIONS, adopt, operator_attributes
 
 
 # ----------------------------------------------------------------------------------------- activations
@@ -28,7 +28,7 @@ def _sigmoid(a):
     return 0.5 * (np.tanh(0.5 * a) + 1.0)  # overflow-free logistic
 
 
-# name -> (f(a, alpha, beta), df(a, y, alpha, beta)); which take alpha/beta: onnx_semantics.RECURRENT_ACTIVATIONS
+# name -> (f(a, alpha, beta), df(a, y, alpha, beta)); which take alpha/beta: onnx_attributes.RECURRENT_ACTIVATIONS
 _ACTIVATIONS: dict[str, tuple] = {
     "sigmoid": (lambda a, al, be: _sigmoid(a), lambda a, y, al, be: y * (1.0 - y)),
     "tanh": (lambda a, al, be: np.tanh(a), lambda a, y, al, be: 1.0 - y * y),
@@ -198,14 +198,9 @@ class _RecurrentOp(ReferenceOp):
     default_activations: tuple[str, ...] = ()
     has_cell_state = False
 
-    def __init__(self, activation_alpha=None, activation_beta=None, activations=None, clip=None,
-                 direction="forward", hidden_size=None, layout=0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        attributes = recurrent_attributes(self.op_name, self.default_activations, activation_alpha=activation_alpha,
-                                          activation_beta=activation_beta, activations=activations, clip=clip,
-                                          direction=direction, hidden_size=hidden_size, layout=layout)
-        self.direction, self.num_directions = attributes.direction, attributes.num_directions
-        self.hidden_size, self.clip, self.layout = attributes.hidden_size, attributes.clip, attributes.layout
+        attributes = adopt(self, operator_attributes(self.op_name, attributes))
         self.activations = [_Activation(*activation) for activation in attributes.activations]
         self._saved: tuple | None = None
 
@@ -419,13 +414,12 @@ class LSTM(_RecurrentOp):
     """
 
     op_name = "LSTM"
-    default_activations = ("Sigmoid", "Tanh", "Tanh")
+    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["LSTM"]
     has_cell_state = True
 
-    def __init__(self, activation_alpha=None, activation_beta=None, activations=None, clip=None,
-                 direction="forward", hidden_size=None, input_forget=0, layout=0) -> None:
-        super().__init__(activation_alpha, activation_beta, activations, clip, direction, hidden_size, layout)
-        if int(input_forget):
+    def __init__(self, **attributes) -> None:
+        super().__init__(**attributes)
+        if self.input_forget:
             raise UnsupportedOperatorError("LSTM: input_forget=1 (coupled input and forget gates) is not supported by "
                                            "the reference framework; use input_forget=0")
 
@@ -444,12 +438,7 @@ class GRU(_RecurrentOp):
     """
 
     op_name = "GRU"
-    default_activations = ("Sigmoid", "Tanh")
-
-    def __init__(self, activation_alpha=None, activation_beta=None, activations=None, clip=None,
-                 direction="forward", hidden_size=None, layout=0, linear_before_reset=0) -> None:
-        super().__init__(activation_alpha, activation_beta, activations, clip, direction, hidden_size, layout)
-        self.linear_before_reset = bool(linear_before_reset)
+    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["GRU"]
 
     def _make_cell(self, r, rb, p, acts):
         return _GRUCell(r, rb, acts, self.clip, self.hidden_size, self.linear_before_reset)
@@ -465,7 +454,7 @@ class RNN(_RecurrentOp):
     """
 
     op_name = "RNN"
-    default_activations = ("Tanh",)
+    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["RNN"]
 
     def _make_cell(self, r, rb, p, acts):
         return _RNNCell(r, rb, acts, self.clip, self.hidden_size)

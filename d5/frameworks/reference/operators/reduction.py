@@ -20,7 +20,7 @@ array([0., 1., 3.])
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import int_list, require_rank, scalar_input
 from d5.frameworks.reference.operators.elementwise import ensure_array
+from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import normalize_axes, normalize_axis
 from d5.ops.operator import Gradient
 
@@ -38,16 +39,16 @@ class _Reduction(ReferenceOp):
 
     op_name = "Reduce"
 
-    def __init__(self, axes: Sequence[int] | None = None, keepdims: int = 1, noop_with_empty_axes: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axes, self.keepdims, self.noop = int_list(axes), bool(keepdims), bool(noop_with_empty_axes)
+        adopt(self, operator_attributes(self.op_name, attributes))
 
     def _axes(self, inputs) -> tuple[int, ...] | None:
         """The reduced axes (non-negative), or None for the identity (noop_with_empty_axes)."""
         x = inputs[0]
         axes = int_list(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else self.axes
         if not axes:
-            return None if self.noop else tuple(range(x.ndim))
+            return None if self.noop_with_empty_axes else tuple(range(x.ndim))
         return tuple(sorted(normalize_axes(self.op_name, axes, x.ndim)))
 
     def forward(self, inputs):
@@ -259,16 +260,16 @@ class _ArgExtremum(ReferenceOp):
     op_name = "ArgMax"
     function: Any = None
 
-    def __init__(self, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis, self.keepdims, self.last = int(axis), bool(keepdims), bool(select_last_index)
+        adopt(self, operator_attributes(self.op_name, attributes))
 
     def forward(self, inputs):
         x = inputs[0]
         axis = normalize_axes(self.op_name, [self.axis], x.ndim)[0]
         if x.shape[axis] == 0:
             raise ShapeError(f"{self.op_name}: axis {self.axis} of the input of shape {x.shape} is empty")
-        if self.last:
+        if self.select_last_index:
             # The first extremum of the reversed axis is the last one of the original.
             index = x.shape[axis] - 1 - type(self).function(np.flip(x, axis), axis=axis)
         else:
@@ -318,9 +319,9 @@ def _scan_axis(op_name: str, inputs) -> int:
 class CumSum(ReferenceOp):
     """Cumulative sum along the axis given as the second input; ``exclusive`` / ``reverse`` as in ONNX."""
 
-    def __init__(self, exclusive: int = 0, reverse: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.exclusive, self.reverse = bool(exclusive), bool(reverse)
+        adopt(self, operator_attributes("CumSum", attributes))
 
     def forward(self, inputs):
         return _cumulate(np.cumsum, inputs[0], _scan_axis("CumSum", inputs), self.exclusive, self.reverse, 0)
@@ -338,9 +339,9 @@ class CumProd(ReferenceOp):
 
     gradient = Gradient.NONE
 
-    def __init__(self, exclusive: int = 0, reverse: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.exclusive, self.reverse = bool(exclusive), bool(reverse)
+        adopt(self, operator_attributes("CumProd", attributes))
 
     def forward(self, inputs):
         return _cumulate(np.cumprod, inputs[0], _scan_axis("CumProd", inputs), self.exclusive, self.reverse, 1)

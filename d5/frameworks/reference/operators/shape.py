@@ -24,7 +24,7 @@ array([[1., 2.],
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,8 +33,8 @@ from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import int_list, require_rank
 from d5.frameworks.reference.operators.elementwise import ensure_array, is_float, unbroadcast
 from d5.network.memory import check_allocation
-from d5.ops.onnx_semantics import (as_text, block_attributes, normalize_axes, optional_input, reshape_target,
-                                   slice_bounds, split_lengths)
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import normalize_axes, optional_input, reshape_target, slice_bounds, split_lengths
 from d5.ops.operator import Gradient
 
 
@@ -52,9 +52,9 @@ def _ints_input(inputs, index: int, attribute: list[int] | None) -> list[int] | 
 class Flatten(ReferenceOp):
     """Reshape to 2-D: dimensions before ``axis`` become the rows, the rest the columns (axis in [-r, r])."""
 
-    def __init__(self, axis: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
+        adopt(self, operator_attributes("Flatten", attributes))
 
     def forward(self, inputs):
         x = inputs[0]
@@ -71,28 +71,30 @@ class Flatten(ReferenceOp):
 
 @register("Reshape")
 class Reshape(ReferenceOp):
-    """Reshape ``data`` to the shape given as second input (int64): 0 copies the input's dimension
-    (``allowzero=0``, the default) or means a literal 0 (``allowzero=1``); one -1 is inferred."""
+    """Reshape ``data`` to the shape given as second input (int64; the ``shape`` attribute before opset 5): 0
+    copies the input's dimension (``allowzero=0``, the default) or means a literal 0 (``allowzero=1``); one -1
+    is inferred."""
 
-    def __init__(self, allowzero: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.allowzero = bool(allowzero)
+        adopt(self, operator_attributes("Reshape", attributes))
 
     def forward(self, inputs):
-        data = inputs[0]
-        return data.reshape(reshape_target(data.shape, np.asarray(inputs[1]), self.allowzero))
+        data, shape = inputs[0], optional_input(inputs, 1)
+        return data.reshape(reshape_target(data.shape, np.asarray(self.shape if shape is None else shape),
+                                           self.allowzero))
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
-        return grads[0].reshape(fwd_inputs[0].shape), None
+        return (grads[0].reshape(fwd_inputs[0].shape),) + _nones(len(fwd_inputs) - 1)
 
 
 @register("Concat")
 class Concat(ReferenceOp):
     """Join the inputs along ``axis`` (required, as in ONNX; negative counts from the end)."""
 
-    def __init__(self, axis: int) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis = int(axis)
+        adopt(self, operator_attributes("Concat", attributes))
 
     def forward(self, inputs):
         if not inputs:
@@ -128,9 +130,9 @@ class Identity(ReferenceOp):
 class Transpose(ReferenceOp):
     """Permute the axes by ``perm`` (default: reverse them)."""
 
-    def __init__(self, perm: Sequence[int] | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.perm = int_list(perm)
+        adopt(self, operator_attributes("Transpose", attributes))
 
     def _perm(self, ndim: int) -> list[int]:
         if self.perm is None:
@@ -152,9 +154,9 @@ class Squeeze(ReferenceOp):
     """Remove the axes of length 1 named by ``axes`` (input from opset 13, attribute before); all of them
     when none are given."""
 
-    def __init__(self, axes: Sequence[int] | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axes = int_list(axes)
+        adopt(self, operator_attributes("Squeeze", attributes))
 
     def forward(self, inputs):
         x = inputs[0]
@@ -175,9 +177,9 @@ class Squeeze(ReferenceOp):
 class Unsqueeze(ReferenceOp):
     """Insert axes of length 1 at ``axes`` (positions in the output; input from opset 13, attribute before)."""
 
-    def __init__(self, axes: Sequence[int] | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axes = int_list(axes)
+        adopt(self, operator_attributes("Unsqueeze", attributes))
 
     def forward(self, inputs):
         x = inputs[0]
@@ -198,10 +200,9 @@ class Unsqueeze(ReferenceOp):
 class Slice(ReferenceOp):
     """``data[starts:ends:steps]`` along ``axes`` with ONNX's clamping (inputs from opset 10, attributes before)."""
 
-    def __init__(self, starts: Sequence[int] | None = None, ends: Sequence[int] | None = None,
-                 axes: Sequence[int] | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.starts, self.ends, self.axes = int_list(starts), int_list(ends), int_list(axes)
+        adopt(self, operator_attributes("Slice", attributes))
 
     def _slices(self, inputs) -> tuple:
         x = inputs[0]
@@ -237,10 +238,9 @@ class Split(ReferenceOp):
     operator that count in ``node_output_count``.
     """
 
-    def __init__(self, axis: int = 0, split: Sequence[int] | None = None, num_outputs: int | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis, self.split = int(axis), int_list(split)
-        self.num_outputs = None if num_outputs is None else int(num_outputs)
+        adopt(self, operator_attributes("Split", attributes))
 
     def _lengths(self, inputs) -> tuple[int, list[int]]:
         x = inputs[0]
@@ -265,9 +265,9 @@ class Shape(ReferenceOp):
 
     gradient = Gradient.NONE
 
-    def __init__(self, start: int = 0, end: int | None = None) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.start, self.end = int(start), None if end is None else int(end)
+        adopt(self, operator_attributes("Shape", attributes))
 
     def forward(self, inputs):
         shape = np.asarray(inputs[0].shape, dtype=np.int64)
@@ -339,12 +339,9 @@ class Pad(ReferenceOp):
 
     _MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
 
-    def __init__(self, mode: Any = "constant", pads: Sequence[int] | None = None, value: float = 0.0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        mode = as_text(mode)
-        if mode not in self._MODES:
-            raise ShapeError(f"Pad: unknown mode {mode!r}; use one of {sorted(self._MODES)}")
-        self.mode, self.pads, self.value = mode, int_list(pads), float(value)
+        adopt(self, operator_attributes("Pad", attributes))
 
     def _widths(self, inputs) -> list[tuple[int, int]]:
         x = inputs[0]
@@ -402,9 +399,9 @@ class SpaceToDepth(ReferenceOp):
     ``mode`` DCR (default) puts the block offset before the channel in the output channel index, CRD after.
     """
 
-    def __init__(self, blocksize: int | None = None, mode: str = "DCR") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.blocksize, self.mode = block_attributes("SpaceToDepth", blocksize, mode)
+        adopt(self, operator_attributes("SpaceToDepth", attributes))
 
     def _perm(self) -> tuple:
         # Axes of the (n, c, h/b, b, w/b, b) view in output order.
@@ -432,9 +429,9 @@ class SpaceToDepth(ReferenceOp):
 class DepthToSpace(ReferenceOp):
     """Move channels into ``blocksize`` x ``blocksize`` spatial blocks (``mode`` DCR or CRD)."""
 
-    def __init__(self, blocksize: int | None = None, mode: str = "DCR") -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.blocksize, self.mode = block_attributes("DepthToSpace", blocksize, mode)
+        adopt(self, operator_attributes("DepthToSpace", attributes))
 
     def _layout(self, shape) -> tuple[tuple, tuple]:
         n, c, h, w = shape
@@ -466,15 +463,12 @@ class ReverseSequence(ReferenceOp):
 
     gradient = Gradient.NONE
 
-    def __init__(self, batch_axis: int = 1, time_axis: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.batch_axis, self.time_axis = int(batch_axis), int(time_axis)
+        adopt(self, operator_attributes("ReverseSequence", attributes))
 
     def forward(self, inputs):
         x, lengths = require_rank("ReverseSequence", inputs[0], "input", at_least=2), np.asarray(inputs[1])
-        if {self.batch_axis, self.time_axis} != {0, 1}:
-            raise ShapeError(f"ReverseSequence: batch_axis and time_axis must be 0 and 1 (either way round), got "
-                             f"{self.batch_axis} and {self.time_axis}")
         batch, steps = x.shape[self.batch_axis], x.shape[self.time_axis]
         if lengths.shape != (batch,) or lengths.dtype.kind not in "iu":
             raise ShapeError(f"ReverseSequence: sequence_lens must be an integer tensor of shape ({batch},) (one length "

@@ -15,6 +15,7 @@ import numpy as np
 from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import onnx_dtype, optional_array, scalar_input
+from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import COSINE_WINDOW_COEFFICIENTS, mel_weight_matrix
 from d5.ops.operator import Gradient
 
@@ -45,9 +46,9 @@ class DFT(ReferenceOp):
 
     gradient = Gradient.NONE
 
-    def __init__(self, axis: int | None = None, inverse: int = 0, onesided: int = 0) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.axis, self.inverse, self.onesided = axis, bool(inverse), bool(onesided)
+        adopt(self, operator_attributes("DFT", attributes))
 
     def forward(self, inputs):
         x = np.asarray(inputs[0])
@@ -102,9 +103,9 @@ class STFT(ReferenceOp):
 
     gradient = Gradient.NONE
 
-    def __init__(self, onesided: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.onesided = bool(onesided)
+        adopt(self, operator_attributes("STFT", attributes))
 
     def forward(self, inputs):
         x = np.asarray(inputs[0])
@@ -142,13 +143,13 @@ class _CosineSumWindow(ReferenceOp):
 
     coefficients: tuple[float, ...] = ()
 
-    def __init__(self, periodic: int = 1, output_datatype: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
-        self.periodic = bool(periodic)
+        adopt(self, operator_attributes(type(self).__name__, attributes))
         try:
-            self.dtype = onnx_dtype(int(output_datatype))
+            self.dtype = onnx_dtype(self.output_datatype)
         except ShapeError:
-            raise ShapeError(f"{type(self).__name__}: output_datatype {output_datatype} is not an ONNX data type; "
+            raise ShapeError(f"{type(self).__name__}: output_datatype {self.output_datatype} is not an ONNX data type; "
                              "use a TensorProto.DataType value such as 1 (float) or 11 (double)") from None
 
     def forward(self, inputs):
@@ -216,10 +217,11 @@ class MelWeightMatrix(ReferenceOp):
 
     gradient = Gradient.NONE
 
-    def __init__(self, output_datatype: int = 1) -> None:
+    def __init__(self, **attributes) -> None:
         super().__init__()
+        output_datatype = operator_attributes("MelWeightMatrix", attributes).output_datatype
         try:
-            self.dtype = onnx_dtype(int(output_datatype))
+            self.dtype = onnx_dtype(output_datatype)
         except ShapeError:
             raise ShapeError(f"MelWeightMatrix: output_datatype {output_datatype} is not an ONNX data type; use a "
                              "TensorProto.DataType value such as 1 (float)") from None

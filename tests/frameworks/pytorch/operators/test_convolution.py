@@ -1,8 +1,7 @@
-"""The PyTorch framework's Col2Im and DeformConv converters (Conv and ConvTranspose are in test_core.py).
-
-Col2Im is checked against the reference operator, which is forward only (the shared oracle compares the
-forward, then stops at the reference's backward); DeformConv, which the reference framework lacks, against
-ONNX's own reference implementation (onnx.reference). Torch autograd's gradients are checked by gradcheck."""
+"""What is PyTorch's own in its Col2Im and DeformConv converters: torch autograd's gradients, checked by gradcheck
+(the reference Col2Im is forward only), and DeformConv, which the reference framework lacks, against ONNX's own
+reference implementation (onnx.reference). The comparisons of every framework's Col2Im with the reference (the case
+table, the errors bad inputs raise) are in tests/frameworks/operators/."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,25 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from _torch_oracle import _ints, _rand, check_against_reference  # noqa: E402
-from d5.errors import ShapeError, UnsupportedOperatorError  # noqa: E402
+from d5.errors import ShapeError  # noqa: E402
 from d5.frameworks.pytorch.operators import create_operator  # noqa: E402
-from d5.frameworks.reference.operators import create_operator as reference_op  # noqa: E402
-
-COL2IM_CASES = [
-    ("col2im_2d", "Col2Im", {}, [_rand(1, 5, 5), _ints([5, 5]), _ints([1, 5])], {"opset": 18}),
-    ("col2im_2d_overlap", "Col2Im", {}, [_rand(2, 8, 9), _ints([4, 4]), _ints([2, 2])], {}),
-    ("col2im_2d_strides_dilations_pads", "Col2Im", {"strides": [2, 1], "dilations": [1, 2], "pads": [1, 0, 0, 1]},
-     [_rand(1, 12, 3), _ints([5, 4]), _ints([2, 3])], {}),
-    ("col2im_1d", "Col2Im", {"strides": [2], "pads": [1, 2]}, [_rand(2, 6, 4), _ints([6]), _ints([3])], {}),
-    ("col2im_3d", "Col2Im", {"dilations": [1, 1, 2]}, [_rand(1, 16, 12), _ints([3, 4, 4]), _ints([2, 2, 2])], {}),
-]
-
-
-@pytest.mark.parametrize("case", COL2IM_CASES, ids=[c[0] for c in COL2IM_CASES])
-def test_col2im_matches_reference(case):
-    with pytest.raises(UnsupportedOperatorError, match="has no gradient"):  # after the forward comparison
-        check_against_reference(case)
 
 
 @pytest.mark.parametrize("image, block", [([4, 5], [2, 3]), ([5], [2]), ([3, 3, 3], [2, 1, 2])])
@@ -39,18 +21,6 @@ def test_col2im_gradient_is_torch_autograd(image, block):
     op = create_operator("Col2Im", {})
     assert torch.autograd.gradcheck(lambda c: op(c, torch.tensor(image), torch.tensor(block)), (columns,),
                                     fast_mode=True)
-
-
-@pytest.mark.parametrize("arrays", [
-    [np.zeros((1, 5, 15), np.float32), np.array([5, 5]), np.array([2, 5])],     # 5 rows, blocks of 10
-    [np.zeros((1, 5, 14), np.float32), np.array([5, 5]), np.array([1, 5])],     # 14 blocks, 15 expected
-    [np.zeros((1, 5, 15), np.float32), np.array([5, 5]), np.array([5])],        # ranks differ
-])
-def test_col2im_bad_inputs_raise_shape_error_as_reference(arrays):
-    with pytest.raises(ShapeError):
-        reference_op("Col2Im", {}).forward(arrays)
-    with pytest.raises(ShapeError):
-        create_operator("Col2Im", {})(*[torch.from_numpy(a) for a in arrays])
 
 
 # -- DeformConv against onnx.reference ---------------------------------------------------------------------------
