@@ -228,17 +228,19 @@ def thread_pools(import_frameworks: bool = False) -> dict:
     """The thread settings the runtimes in this process use now; never raises.
 
     ``pools``: every BLAS/OpenMP library loaded (``threadpoolctl.threadpool_info()``: API, library, version,
-    ``num_threads``); ``reference``: the reference framework's kernel threads when d5._C is loaded (or, with
-    ``import_frameworks=True``, loadable); ``torch``:
-    ``torch.get_num_threads()`` and ``get_num_interop_threads()`` when torch is imported -- or, with
-    ``import_frameworks=True``, importable (``d5 info``); otherwise a word saying why there is no number.
+    ``num_threads``); then, per framework d5 implements here, under its Python package's name (``reference`` for
+    the reference framework), what its ``runtime.thread_counts()`` says -- when the framework is loaded already,
+    or, with ``import_frameworks=True``, loadable (``d5 info``); otherwise a word saying why there is no number.
     ``variables``: the thread environment variables (:data:`THREAD_VARIABLES`) that are set.
 
-    >>> sorted(thread_pools())
-    ['pools', 'reference', 'torch', 'variables']
+    >>> sorted(thread_pools())[:3]
+    ['pools', 'reference', 'torch']
     """
+    from d5.frameworks import FRAMEWORKS, available
+
     result: dict[str, Any] = {"variables": {k: v for k, v in _thread_settings().items() if v is not None}}
-    result["reference"] = _reference_threads(import_frameworks)  # first: loading d5._C loads its BLAS/OpenMP
+    frameworks = {FRAMEWORKS[name] or name: name for name in available()}
+    result["reference"] = _framework_threads("reference", import_frameworks)  # first: d5._C loads BLAS/OpenMP
     try:
         from threadpoolctl import threadpool_info
 
@@ -247,34 +249,23 @@ def thread_pools(import_frameworks: bool = False) -> dict:
                            for pool in threadpool_info()]
     except Exception as err:  # a broken library must not break the report that asked
         result["pools"] = f"unavailable ({type(err).__name__}: {err})"
-    result["torch"] = _torch_threads(import_frameworks)
-    return {key: result[key] for key in ("variables", "pools", "reference", "torch")}
+    for key, name in frameworks.items():
+        if name != "reference":
+            result[key] = _framework_threads(name, import_frameworks)
+    return {key: result[key] for key in ("variables", "pools", *frameworks)}
 
 
-def _reference_threads(import_frameworks: bool) -> Any:
-    if "d5._C" not in sys.modules and not import_frameworks:
-        return "d5._C not loaded"
+def _framework_threads(name: str, import_frameworks: bool) -> Any:
+    """Framework ``name``'s ``runtime.thread_counts()``, without importing a framework that is not loaded yet
+    (unless ``import_frameworks``)."""
+    from d5.frameworks import FRAMEWORKS, runtime
+
+    module = FRAMEWORKS[name] or "d5._C"  # the reference framework's kernels
+    if module not in sys.modules and not import_frameworks:
+        return f"{module} not loaded" if name == "reference" else "not imported"
     try:
-        from d5.frameworks.reference.kernels import num_threads
-
-        return num_threads()
-    except Exception as err:
-        return f"unavailable ({type(err).__name__}: {err})"
-
-
-def _torch_threads(import_frameworks: bool) -> Any:
-    import importlib.util
-
-    if "torch" not in sys.modules:
-        if not import_frameworks:
-            return "not imported"
-        if importlib.util.find_spec("torch") is None:
-            return "not installed"
-    try:
-        import torch
-
-        return {"num_threads": torch.get_num_threads(), "num_interop_threads": torch.get_num_interop_threads()}
-    except Exception as err:
+        return runtime(name).thread_counts()
+    except Exception as err:  # a broken install must not break the report that asked
         return f"unavailable ({type(err).__name__}: {err})"
 
 

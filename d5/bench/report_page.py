@@ -171,14 +171,14 @@ def _effective_threads(run: RecipeRun) -> float | None:
     """``--threads`` when given, else the thread count the run's framework reported using."""
     if _is_numeric(run.extra.get("threads")):
         return float(run.extra["threads"])
+    from d5.frameworks import FRAMEWORKS
+
     pools = run.extra.get("thread_pools") or {}
     framework = run.extra.get("framework")
-    torch = pools.get("torch")
-    if framework == "pytorch" and isinstance(torch, Mapping) and _is_numeric(torch.get("num_threads")):
-        return float(torch["num_threads"])
-    if framework == "reference" and _is_numeric(pools.get("reference")):
-        return float(pools["reference"])
-    return None
+    counts = pools.get(FRAMEWORKS.get(framework) or framework) if framework in FRAMEWORKS else None
+    if isinstance(counts, Mapping):  # a framework with several pools: its compute (intra-op) threads
+        counts = counts.get("num_threads")
+    return float(counts) if _is_numeric(counts) else None
 
 
 def _resource_use(runs: Sequence[RecipeRun]) -> list[tuple[str, bytes]]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import inspect
 import os
 import pathlib
@@ -162,7 +163,7 @@ class FrameworkExecutor(GraphExecutor):
 
     def inference_and_backprop(self, inputs: Mapping[str, Any], y: str = "loss") -> dict[str, np.ndarray]:
         y = self.check_loss_name(y)
-        if not self.capabilities.trainable:
+        if not self._trainable:
             raise D5Error(f"the {self.framework} framework runs inference only (CAPABILITIES.trainable is False); "
                           "train on a framework that computes gradients, e.g. d5.frameworks.reference")
         return self.run_training(self.check_inputs(inputs), y)
@@ -173,6 +174,10 @@ class FrameworkExecutor(GraphExecutor):
         import importlib
 
         return importlib.import_module(f"d5.frameworks.{self.framework}").CAPABILITIES
+
+    @functools.cached_property
+    def _trainable(self) -> bool:  # read by every training step
+        return self.capabilities.trainable
 
     # ------------------------------------------------------------------ random streams (checkpoints)
     def operators(self) -> dict[str, Any]:

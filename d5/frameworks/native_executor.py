@@ -286,14 +286,19 @@ class NativeExecutor(FrameworkExecutor):
                              f"{str(err).splitlines()[0] if str(err) else ''}")
 
     def gradients_with_zeros(self, grads: dict[str, Any], zeros_like: Callable[[Any], Any]) -> dict[str, Any]:
-        """``grads`` (by gradient name) with a zero gradient for every trainable parameter ``y`` does not depend
-        on, as on every framework (optimizers then decay it like any other)."""
+        """``grads`` (by parameter name) by gradient name, with a zero gradient for every trainable parameter ``y``
+        does not depend on, as on every framework (optimizers then decay it like any other)."""
         params = self.network.param_values
-        for name in self.graph.get_params():
-            key = gradient_name(name)
-            if grads.get(key) is None:
-                grads[key] = zeros_like(params[name])
-        return grads
+        return {grad_name: grads[name] if grads.get(name) is not None else zeros_like(params[name])
+                for name, grad_name in self._gradient_names()}
+
+    def _gradient_names(self) -> list[tuple[str, str]]:
+        """``[(param, gradient name)]`` of the trainable parameters, computed once per edit of the graph."""
+        cached = self.__dict__.get("_gradient_pairs")
+        if cached is None or cached[0] != self.graph.version:
+            cached = self._gradient_pairs = (self.graph.version, [(name, gradient_name(name))
+                                                                  for name in self.graph.get_params()])
+        return cached[1]
 
 
 class NativeLiveNetwork(LiveNetwork):

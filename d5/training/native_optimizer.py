@@ -87,6 +87,8 @@ class NativeOptimizer(Optimizer):
         self._spec = spec
         self._names = frozenset(spec.hyperparameters())
         self._rate = next(piece for piece in spec.pieces if isinstance(piece, ScaleByLearningRate))
+        #: (piece, attribute) holding clip_value and clip_norm (read every step without the alias lookup).
+        self._clipping = (spec._aliases["clip_value"], spec._aliases["clip_norm"])
         self._check_executor(executor)
         self.executor, self.network = executor, executor.network
         #: The trainable parameters, in the order the framework's optimizer holds them; and their shapes.
@@ -169,12 +171,17 @@ class NativeOptimizer(Optimizer):
     def step(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         check_batch(inputs, f"{type(self).__name__}.step")  # a refused batch changes nothing
         spec = self._spec
-        spec.new_input()  # the reference's step count, and a schedule's lr for this step
-        if spec.lr_schedule is not None:
+        if self._rate.schedule is None:
+            # What new_input() does that matters here, the reference's step count, without its per-piece calls
+            # and attribute hooks: Python between torch's kernels runs cold, and a LeNet-5 step showed it.
+            vars(spec)["t"] += 1
+        else:
+            spec.new_input()  # the step count, and the schedule's lr for this step
             self.push_hyperparameters({"lr": spec.lr})
         outputs = self.executor.inference_and_backprop(inputs, self.loss)
         self.finish_step(outputs)  # raises on a NaN loss before any parameter changes
-        clip_value, clip_norm = spec.clip_value, spec.clip_norm
+        (by_value, value_key), (by_norm, norm_key) = self._clipping
+        clip_value, clip_norm = getattr(by_value, value_key), getattr(by_norm, norm_key)
         if clip_value is not None or clip_norm is not None:
             self.clip_gradients(clip_value, clip_norm)
         self.apply_update()

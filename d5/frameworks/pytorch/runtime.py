@@ -28,6 +28,11 @@ def set_num_threads(threads: int) -> int:
     return previous
 
 
+def thread_counts() -> Any:
+    """The threads the framework computes with now, for run records: torch's intra- and inter-op pools."""
+    return {"num_threads": torch.get_num_threads(), "num_interop_threads": torch.get_num_interop_threads()}
+
+
 def matmul_runner(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], Any]:
     """A call computing ``a @ b`` into ``out`` with ``torch.matmul`` on tensors sharing the arrays' memory."""
     ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out)
@@ -91,5 +96,5 @@ def _bind_module(make_module: Callable[[], Callable[..., torch.Tensor]], constan
     return bind
 
 
-__all__ = ["KERNEL_NAMES", "bind_custom_op", "bind_native", "copy_runner", "dtype_name", "gpu_count",
-           "matmul_runner", "set_num_threads"]
+__all__ = ["KERNEL_NAMES", "bind_custom_op", "bind_native", "copy_runner", "dtype_name", "gpu_count", "matmul_runner",
+           "set_num_threads", "thread_counts"]

@@ -18,7 +18,7 @@ from d5.frameworks.native_executor import (FallbackWarning, NativeExecutor, Nati
 from d5.frameworks.reference.operators import create_operator
 from d5.frameworks.reference.kernels import serial_numpy_blas
 from d5.network.operator_errors import operator_failure
-from d5.network.graph import Network, Node, gradient_name
+from d5.network.graph import Network, Node
 from d5.network.memory import check_working_set, tensor_nbytes
 from d5.network.onnx_export import infer_shapes
 from d5.ops.operator import CustomOp, Gradient, as_tuple
@@ -87,8 +87,7 @@ class ReferenceGraphExecutor(NativeExecutor):
             grads = self._backward(plan, values, results_by_node, y)
         params = self.network.param_values
         live = {name: value for name, value in values.items() if name not in params}
-        live.update(self.gradients_with_zeros({gradient_name(name): grads.get(name) for name in self.graph.get_params()},
-                                              np.zeros_like))
+        live.update(self.gradients_with_zeros(grads, np.zeros_like))
         self.network.set_pass_tensors(live)
         return {name: values[name] for name in plan.outputs}
 

@@ -33,6 +33,13 @@ def set_num_threads(threads: int) -> int:
     return set_reference_threads(threads)
 
 
+def thread_counts() -> Any:
+    """The threads the framework computes with now, for run records: the reference kernels' OpenMP threads."""
+    from d5.frameworks.reference.kernels import num_threads
+
+    return num_threads()
+
+
 def matmul_runner(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], Any]:
     """A call computing ``a @ b`` into ``out`` (float32 NumPy arrays) with NumPy's BLAS, for timing."""
     return lambda: np.matmul(a, b, out=out)
@@ -67,5 +74,5 @@ def bind_custom_op(op):
     return bind(custom_op(op))
 
 
-__all__ = ["KERNEL_NAMES", "bind_custom_op", "bind_native", "copy_runner", "dtype_name", "gpu_count",
-           "matmul_runner", "set_num_threads"]
+__all__ = ["KERNEL_NAMES", "bind_custom_op", "bind_native", "copy_runner", "dtype_name", "gpu_count", "matmul_runner",
+           "set_num_threads", "thread_counts"]
