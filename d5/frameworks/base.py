@@ -27,9 +27,10 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from d5.errors import D5Error, GraphError
+from d5.errors import D5Error, GraphError, ShapeError
 from d5.network.executor import GraphExecutor, LiveNetwork
 from d5.network.graph import Network
+from d5.ops.operator import CustomOp
 
 #: Module files every framework package has, under these names (``diff -r`` between two framework packages
 #: then shows only what truly differs). ``operators/`` maps ONNX operators to the framework's own; ``tensors.py``
@@ -253,6 +254,41 @@ def from_onnx_of(from_model: Callable[..., FrameworkExecutor]) -> Callable[..., 
                          "tensors lie, default the file's directory): ``d5.load_onnx``, then ``from_model`` with "
                          "``device``, ``fallback`` and the framework's other options.")
     return from_onnx
+
+
+class NativeModelOp(CustomOp):
+    """Marks a ``from_native`` node computed by a user's own model (or loss) written for framework ``framework``:
+    that framework's executor calls ``module`` with the node's inputs, and its parameters are the live state;
+    ``loss_of`` is, for a loss, the model whose output it takes (named when the two do not fit, see
+    :func:`loss_mismatch`). Any other framework refuses it."""
+
+    def __init__(self, module: Any, framework: str, loss_of: Any = None) -> None:
+        super().__init__()
+        self.module, self.framework, self.loss_of = module, framework, loss_of
+
+    def forward(self, inputs):
+        raise D5Error(f"{callable_name(self.module)} is a {self.framework} model: run this network on the "
+                      f"{self.framework} framework")
+
+
+def callable_name(model: Any) -> str:
+    """A model's or a loss's name for messages: a function's name, else its class's.
+
+    >>> callable_name(len), callable_name(3.0)
+    ('len', 'float')
+    """
+    name = getattr(model, "__name__", None)
+    return name if isinstance(name, str) else type(model).__name__
+
+
+def loss_mismatch(model: Any, loss: Any, output: str, label: str, err: BaseException) -> ShapeError:
+    """The d5 error for a ``from_native`` loss that raised ``err`` on the model's output (``output`` and ``label``
+    describe the values): the framework's own message names neither the model nor the loss."""
+    reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return ShapeError(f"from_native: the output of {callable_name(model)} ({output}) does not fit the loss "
+                      f"{callable_name(loss)} with label {label}: {reason}. Make the model output what the loss takes "
+                      "(e.g. (N, classes) logits and (N,) int64 class labels for a cross-entropy loss), or pick "
+                      "another loss")
 
 
 def native_network(model: Any, model_op: Any, inputs: Mapping[str, Any], input_dtype: Any,

@@ -25,7 +25,6 @@ import abc
 import dataclasses
 import functools
 import inspect
-import sys
 import warnings
 from typing import Any, Callable
 
@@ -33,26 +32,11 @@ import numpy as np
 
 from d5.errors import D5Error, GraphError, OperatorError, UnsupportedOperatorError
 from d5.frameworks.base import DEFAULT_FALLBACK, FallbackWarning, FrameworkExecutor, resolve_fallback  # noqa: F401
+from d5.frameworks.bridge import check_custom_op
 from d5.network.executor import LiveNetwork
 from d5.network.graph import Network, Node, gradient_name, like_param, node_captures, require_name
 from d5.network.operator_errors import operator_failure
 from d5.ops.operator import CustomOp
-
-def check_custom_op(op: Any, framework: str) -> CustomOp:
-    """Every framework's ``custom_op`` takes a :class:`d5.ops.CustomOp` of a kind its capabilities declare
-    (``custom_ops``: a compiled C++ operator is ``"cpp"``, any other ``"python"``), and nothing else."""
-    if not isinstance(op, CustomOp):
-        raise UnsupportedOperatorError(f"custom_op expects a d5.ops.CustomOp, got {type(op).__name__}")
-    from d5.frameworks import get
-    from d5.ops.cpp_op import CppOp
-
-    kind = "cpp" if isinstance(op, CppOp) else "python"
-    if kind not in get(framework).CAPABILITIES.custom_ops:
-        raise UnsupportedOperatorError(f"the {framework} framework does not run {kind} custom operators "
-                                       f"({type(op).__name__}); its CAPABILITIES.custom_ops are "
-                                       f"{list(get(framework).CAPABILITIES.custom_ops)}")
-    return op
-
 
 @dataclasses.dataclass
 class Step:
@@ -374,20 +358,3 @@ def trim_optional(inputs: list[str]) -> list[str]:
     while inputs and not inputs[-1]:
         inputs.pop()
     return inputs
-
-
-_BASELINE_REFERENCES: list[int] = []
-
-
-def unreferenced(items: list | tuple, index: int) -> bool:
-    """Whether ``items[index]`` is an array that owns its memory and that nothing but ``items`` refers to -- not
-    the op (keeping it to reuse), not a view (a view refers to its base). Then no one else can change it, and a
-    framework's custom-op bridge may hand it to the framework without a copy, which for 1M floats saves ~0.1-0.3 ms a call. The count is compared with
-    that of a fresh array in a fresh list, measured here the same way, so the interpreter's own references
-    (arguments, the stack) are the same on both sides."""
-    if not _BASELINE_REFERENCES:
-        _BASELINE_REFERENCES.append(sys.getrefcount([np.empty(1)][0]))
-    if sys.getrefcount(items[index]) > _BASELINE_REFERENCES[0] + 1:  # + 1: held by `items`
-        return False
-    value = items[index]
-    return isinstance(value, np.ndarray) and value.flags.owndata and value.base is None

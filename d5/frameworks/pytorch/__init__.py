@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from d5.frameworks import require_installed
 
 require_installed("pytorch")  # a d5 error naming the extra, not a bare ModuleNotFoundError
@@ -24,10 +22,10 @@ require_installed("pytorch")  # a d5 error naming the extra, not a bare ModuleNo
 import torch  # noqa: E402
 
 from d5.errors import GraphError  # noqa: E402
-from d5.frameworks.base import (DEFAULT_FALLBACK, NATIVE_LOSSES, Capabilities, from_onnx_of,  # noqa: E402, F401
-                                native_network)
+from d5.frameworks.base import (DEFAULT_FALLBACK, NATIVE_LOSSES, Capabilities, NativeModelOp,  # noqa: E402, F401
+                                from_onnx_of, native_network)
 from d5.frameworks.pytorch.custom_op import custom_op, native_op  # noqa: E402
-from d5.frameworks.pytorch.executor import NativeModuleOp, PyTorchGraphExecutor  # noqa: E402
+from d5.frameworks.pytorch.executor import PyTorchGraphExecutor  # noqa: E402
 from d5.frameworks.pytorch.optimizers import (AdaGradOptimizer, AdamOptimizer, AdamWOptimizer, GradientDescent,  # noqa: E402
                                               MomentumOptimizer, RMSPropOptimizer)
 from d5.frameworks.pytorch.tensors import torch_device  # noqa: E402
@@ -77,8 +75,8 @@ def from_native(module: torch.nn.Module, loss: Any = None, inputs: Mapping[str, 
     module.to(torch_device(device))  # before the live state takes its tensors
     params = [(name, param.detach().cpu().numpy(), param.requires_grad) for name, param in module.named_parameters()]
     params += [(name, buffer.detach().cpu().numpy(), False) for name, buffer in module.named_buffers()]
-    native_loss = NativeModuleOp(loss, loss_of=module) if callable(loss) and not isinstance(loss, str) else None
-    network = native_network(module, NativeModuleOp(module), dict(inputs or {"input": None}), input_dtype, params,
+    native_loss = NativeModelOp(loss, NAME, loss_of=module) if callable(loss) and not isinstance(loss, str) else None
+    network = native_network(module, NativeModelOp(module, NAME), dict(inputs or {"input": None}), input_dtype, params,
                              loss, native_loss, label_dtype, "a torch loss such as torch.nn.CrossEntropyLoss()",
                              params_are_inputs=False)
     return PyTorchGraphExecutor(network, device=device)

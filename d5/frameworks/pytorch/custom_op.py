@@ -30,7 +30,8 @@ import torch
 
 from d5.errors import ShapeError
 from d5.frameworks.allocator import keep_freed_memory
-from d5.frameworks.native_executor import check_custom_op, unreferenced
+from d5.frameworks import bridge
+from d5.frameworks.bridge import bridge_backward, bridge_forward, check_custom_op, unreferenced
 from d5.frameworks.pytorch.operators import create_operator
 from d5.frameworks.pytorch.tensors import as_module_value, as_numpy_value
 from d5.ops.cpp_op import BoundKernel, CppOp
@@ -38,7 +39,8 @@ from d5.ops.operator import CustomOp, as_tuple
 
 
 class CustomOpModule(torch.nn.Module):
-    """A d5 CustomOp as a torch module: one tensor out, or a tuple for several outputs."""
+    """A d5 CustomOp as a torch module (a compiled C++ one zero-copy on the CPU, see the module docstring): one
+    tensor out, or a tuple for several outputs."""
 
     def __init__(self, op: CustomOp) -> None:
         super().__init__()
@@ -46,20 +48,13 @@ class CustomOpModule(torch.nn.Module):
 
     def forward(self, *inputs: torch.Tensor | None) -> Any:
         self.op.training = self.training
-        outputs = _CustomOpFunction.apply(self.op, *inputs)
+        outputs = (_CppOpFunction if isinstance(self.op, CppOp) else _CustomOpFunction).apply(self.op, *inputs)
         # One tensor alone; otherwise a tuple, so that a lone sequence output (a list) is not taken for outputs.
         return outputs[0] if len(outputs) == 1 and isinstance(outputs[0], torch.Tensor) else outputs
 
     def extra_repr(self) -> str:
         return type(self.op).__name__
 
-
-class CppOpModule(CustomOpModule):
-    """A compiled C++ operator as a torch module, zero-copy on the CPU (see the module docstring)."""
-
-    def forward(self, *inputs: torch.Tensor) -> Any:
-        outputs = _CppOpFunction.apply(self.op, *inputs)
-        return outputs[0] if len(outputs) == 1 else outputs
 
 
 def custom_op(op: CustomOp) -> CustomOpModule:
@@ -68,72 +63,45 @@ def custom_op(op: CustomOp) -> CustomOpModule:
     # The bridge allocates its outputs and gradients every call: with glibc's defaults each large one is mapped
     # and faulted in anew (4 MB: ~1 ms), so it keeps freed memory as d5's executors do.
     keep_freed_memory()
-    return CppOpModule(op) if isinstance(op, CppOp) else CustomOpModule(op)
+    return CustomOpModule(op)
 
 
-class NativeOp(CustomOp):
-    """A torch converter of an ONNX operator (``operators/``) as a d5 CustomOp, NumPy in and out: forward runs
-    torch's kernels, backward is torch autograd's gradient of the same computation. So ``d5.ops.test_forward``,
-    ``test_gradient`` and the operator benchmarks compare torch's kernels with the reference's and with other
-    frameworks' (the seeds' L0 operator validation). Built by :func:`native_op`."""
+class NativeOp(bridge.NativeOp):
+    """A torch converter of an ONNX operator (``operators/``) as a d5 CustomOp, NumPy in and out (see
+    :class:`d5.frameworks.bridge.NativeOp`): forward runs torch's kernels, backward torch autograd's gradient."""
 
-    def __init__(self, op_type: str, attributes: dict[str, Any], opset: int | None = None) -> None:
-        super().__init__()
-        self.op_type = op_type
-        self.module = create_operator(op_type, attributes, opset)
-        self._state: dict[int, np.ndarray] = {}
+    def create(self, op_type: str, attributes: dict[str, Any], opset: int | None) -> torch.nn.Module:
+        return create_operator(op_type, attributes, opset)
 
-    def _run(self, inputs: Any, grad: bool) -> tuple[list[Any], tuple[Any, ...]]:
+    def _call(self, inputs: list[Any], wanted: list[bool]) -> tuple[list[Any], tuple[Any, ...]]:
         self.module.train(self.training)
         self.module.node_output_count = self.node_output_count
-        # Copies, never the caller's arrays (from_numpy would view them): a converter may update state in place
-        # (BatchNormalization's running statistics), which forward reports through state_updates() instead.
-        tensors = [t.clone() if isinstance(t, torch.Tensor) else t
-                   for t in (as_module_value(x, torch.device("cpu")) for x in inputs)]
-        if grad:
-            wanted = self.input_grad_required  # as executors pass it: no gradient asked of running statistics
-            tensors = [t.detach().requires_grad_(True) if isinstance(t, torch.Tensor) and t.is_floating_point()
-                       and (wanted is None or (i < len(wanted) and wanted[i])) else t for i, t in enumerate(tensors)]
-        with torch.set_grad_enabled(grad):
-            outputs = self.module(*tensors)
-        return tensors, outputs if isinstance(outputs, tuple) else (outputs,)
+        # Copies: from_numpy would let the converter write into the caller's arrays.
+        tensors = [t.clone().requires_grad_(w and t.is_floating_point()) if isinstance(t, torch.Tensor) else t
+                   for t, w in zip((as_module_value(x, torch.device("cpu")) for x in inputs), wanted)]
+        with torch.set_grad_enabled(any(wanted)):
+            return tensors, as_tuple(self.module(*tensors))
 
-    def forward(self, inputs: Any) -> Any:
-        tensors, outputs = self._run(inputs, grad=False)
-        self._state = {index: tensor.numpy() for index, tensor in enumerate(tensors)
-                       if isinstance(tensor, torch.Tensor) and isinstance(inputs[index], np.ndarray)
-                       and _changed(tensor.numpy(), inputs[index])}
-        results = tuple(np.array(as_numpy_value(o), copy=True) if isinstance(o, torch.Tensor) else o
-                        for o in outputs)
-        return results[0] if len(results) == 1 else results
+    def run(self, inputs: list[Any]) -> tuple[list[Any], tuple[Any, ...]]:
+        tensors, outputs = self._call(inputs, [False] * len(inputs))
+        return ([as_numpy_value(t) for t in tensors],
+                tuple(np.array(as_numpy_value(o), copy=True) if isinstance(o, torch.Tensor) else o for o in outputs))
 
-    def state_updates(self) -> dict[int, Any]:
-        """The inputs the converter updated in place in the last forward (running statistics), by position."""
-        return dict(self._state)
-
-    def backward(self, grads: Any, fwd_inputs: Any, fwd_outputs: Any) -> Any:
-        # Recomputed from the inputs rather than kept from forward: correct whatever ran in between (a gradient
-        # check's many forwards), at the price of one more forward.
-        tensors, outputs = self._run(fwd_inputs, grad=True)
-        wanted = [t for t in tensors if isinstance(t, torch.Tensor) and t.requires_grad]
+    def input_gradients(self, inputs: list[Any], wanted: list[bool], grads: Any) -> list[Any]:
+        tensors, outputs = self._call(inputs, wanted)
+        sources = [t for t in tensors if isinstance(t, torch.Tensor) and t.requires_grad]
         pairs = [(o, torch.as_tensor(np.asarray(g), dtype=o.dtype)) for o, g in zip(outputs, grads)
                  if isinstance(o, torch.Tensor) and o.requires_grad and g is not None]
-        found = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
-                     if pairs and wanted else [None] * len(wanted))
+        found = iter(torch.autograd.grad([o for o, _ in pairs], sources, [g for _, g in pairs], allow_unused=True)
+                     if pairs and sources else [None] * len(sources))
         result = []
         for tensor in tensors:
             if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
-                grad = next(found)
-                result.append(np.zeros(tuple(tensor.shape), tensor.detach().numpy().dtype) if grad is None
-                              else grad.numpy())
+                grad = next(found)  # None: no output depends on it, a zero gradient
+                result.append(torch.zeros_like(tensor).numpy() if grad is None else grad.numpy())
             else:
                 result.append(None)
-        return result[0] if len(result) == 1 else tuple(result)
-
-
-def _changed(after: np.ndarray, before: np.ndarray) -> bool:
-    """Whether a converter wrote into an input (bitwise: NaN inputs are unchanged NaN)."""
-    return after.shape != before.shape or after.dtype != before.dtype or after.tobytes() != before.tobytes()
+        return result
 
 
 def native_op(op_type: str, opset: int | None = None, **attributes: Any) -> NativeOp:
@@ -154,9 +122,8 @@ def native_op(op_type: str, opset: int | None = None, **attributes: Any) -> Nati
 class _CustomOpFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, op: CustomOp, *inputs: torch.Tensor | None):  # noqa: D401 - torch's signature
-        arrays = [_numpy(t) for t in inputs]
-        op.input_grad_required = tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
-        results = [_as_result(r) for r in as_tuple(op.forward(arrays))]
+        arrays = [as_numpy_value(t) for t in inputs]
+        results = bridge_forward(op, arrays, [isinstance(t, torch.Tensor) and t.requires_grad for t in inputs])
         device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), torch.device("cpu"))
         if op.training:
             with torch.no_grad():
@@ -173,17 +140,10 @@ class _CustomOpFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads: torch.Tensor | None):
         ctx.saved_tensors  # noqa: B018 - raises if an output was modified in place since forward
-        out_grads = [_numpy(g) if g is not None else np.zeros_like(r) if isinstance(r, np.ndarray) else None
-                     for g, r in zip(grads, ctx.results)]
-        in_grads = as_tuple(ctx.op.backward(out_grads, ctx.arrays, ctx.results))
-        converted = []
-        for index, array in enumerate(ctx.arrays[:len(in_grads)]):
-            if in_grads[index] is None or not isinstance(array, np.ndarray) or array.dtype.kind not in "fc":
-                converted.append(None)
-            else:
-                converted.append(_as_tensor(in_grads, index, array.dtype).to(ctx.device))
-        converted += [None] * (len(ctx.arrays) - len(converted))
-        return (None, *converted)
+        in_grads = bridge_backward(ctx.op, [as_numpy_value(g) for g in grads], ctx.arrays, ctx.results)
+        return (None, *[None if in_grads[index] is None else
+                        _as_tensor(in_grads, index, ctx.arrays[index].dtype).to(ctx.device)
+                        for index in range(len(in_grads))])
 
 
 class _CppOpFunction(torch.autograd.Function):
@@ -222,17 +182,6 @@ def _flat_cpu(tensor: torch.Tensor) -> torch.Tensor:
 def _guarded_empty(kernel: BoundKernel, shape: Any, dtype: torch.dtype) -> torch.Tensor:
     count = int(np.prod(tuple(shape), dtype=np.int64))
     return torch.empty(kernel.padded_elements(shape), dtype=dtype)[:count].view(tuple(shape))
-
-
-def _numpy(value: Any) -> Any:
-    """An input as the op takes it: NumPy for a tensor; values torch cannot hold (sequences, strings, int4...)
-    arrive as they are."""
-    return as_numpy_value(value) if isinstance(value, torch.Tensor) else value
-
-
-def _as_result(value: Any) -> Any:
-    # Sequences (lists) and absent optionals (None) stay as they are; anything else is an array.
-    return value if value is None or isinstance(value, list) else np.asarray(value)
 
 
 def _as_output(results: list, index: int, device: torch.device) -> Any:

@@ -16,29 +16,16 @@ import numpy as np
 import torch
 import torch.fx
 
-from d5.errors import D5Error, ShapeError
 from d5.frameworks.allocator import keep_freed_memory
+from d5.frameworks.base import NativeModelOp, loss_mismatch
 from d5.frameworks.native_executor import (FallbackWarning, NativeExecutor, NativeLiveNetwork, Reach,  # noqa: F401
                                            single_output)
 from d5.frameworks.pytorch.custom_op import custom_op
 from d5.frameworks.pytorch.operators import TorchOp, create_operator
-from d5.frameworks.pytorch.tensors import as_module_value, as_numpy_value, holds, owned, to_numpy, to_torch, torch_device
+from d5.errors import D5Error
+from d5.frameworks.pytorch.tensors import as_module_value, as_numpy_value, holds, owned, to_numpy, torch_device
 from d5.network.graph import Network, Node, like_param
 from d5.ops.operator import CustomOp
-
-
-class NativeModuleOp(CustomOp):
-    """Marks a graph node computed by a user's ``torch.nn.Module`` (or a torch loss function): the pytorch
-    executor calls it directly with the node's tensor inputs, and its parameters are the live state.
-    ``loss_of`` is, for a loss, the module whose output it takes (named when the two do not fit)."""
-
-    def __init__(self, module: Any, loss_of: Any = None) -> None:
-        super().__init__()
-        self.module = module
-        self.loss_of = loss_of
-
-    def forward(self, inputs):
-        raise D5Error(f"{type(self.module).__name__} is a torch module: run this network on the pytorch framework")
 
 
 class _NativeCall(torch.nn.Module):
@@ -56,15 +43,7 @@ class _NativeCall(torch.nn.Module):
         try:
             return self.module(*inputs[:self.arity])
         except Exception as err:  # torch's message names neither the model nor the loss
-            output, label = (_describe_value(v) for v in inputs[:2])
-            raise ShapeError(f"from_native: the output of {_name(self.loss_of)} ({output}) does not fit the loss "
-                             f"{_name(self.module)} with label {label}: {str(err).splitlines()[0] if str(err) else type(err).__name__}. "
-                             "Make the model output what the loss takes (e.g. (N, classes) logits and (N,) int64 "
-                             "class labels for CrossEntropyLoss), or pick another loss") from err
-
-
-def _name(module: Any) -> str:
-    return type(module).__name__ if isinstance(module, torch.nn.Module) else getattr(module, "__name__", repr(module))
+            raise loss_mismatch(self.loss_of, self.module, *map(_describe_value, inputs[:2]), err) from err
 
 
 def _describe_value(value: Any) -> str:
@@ -78,7 +57,7 @@ def native_tensors(graph: Network) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for node in graph.nodes:
         module = getattr(node.custom_op, "module", None)
-        if isinstance(node.custom_op, NativeModuleOp) and isinstance(module, torch.nn.Module):
+        if isinstance(node.custom_op, NativeModelOp) and isinstance(module, torch.nn.Module):
             tensors.update(module.named_parameters())
             tensors.update(module.named_buffers())
     return tensors
@@ -102,13 +81,9 @@ class TorchLiveNetwork(NativeLiveNetwork):
             for name, value in graph.params.items()}
         self._trainable: tuple[int, list[str], list[torch.nn.Parameter]] | None = None
 
-    def parameters(self) -> list[torch.nn.Parameter]:
-        """The trainable parameters, in ``get_params()`` order (what torch optimizers take)."""
-        return list(self.trainable()[1])
-
     def trainable(self) -> tuple[list[str], list[torch.nn.Parameter]]:
-        """The gradient names and the tensors of the trainable parameters, in ``get_params()`` order; computed
-        once per edit of the graph (a training step reads them)."""
+        """The gradient names and the tensors of the trainable parameters (what torch optimizers take), in
+        ``get_params()`` order; computed once per edit of the graph (a training step reads them)."""
         if self._trainable is None or self._trainable[0] != self.graph.version:
             names = self.get_params()
             self._trainable = (self.graph.version, [f"{name}_grad" for name in names],
@@ -129,7 +104,10 @@ class TorchLiveNetwork(NativeLiveNetwork):
             current.copy_(source)
 
     def new_param(self, value: Any) -> torch.nn.Parameter:
-        return torch.nn.Parameter(owned(to_torch(value, self.device)))
+        tensor = as_module_value(value, self.device)
+        if not isinstance(tensor, torch.Tensor):
+            raise D5Error(f"the pytorch framework trains numeric tensors; got a parameter of dtype {value.dtype}")
+        return torch.nn.Parameter(owned(tensor))
 
     def to_native(self, value: Any) -> Any:
         return value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
@@ -162,7 +140,7 @@ class PyTorchGraphExecutor(NativeExecutor):
         return self._register(custom_op(op))
 
     def custom_operator(self, node: Node) -> torch.nn.Module:
-        if isinstance(node.custom_op, NativeModuleOp):
+        if isinstance(node.custom_op, NativeModelOp):
             return self._register(_NativeCall(node.custom_op.module, len(node.inputs), node.custom_op.loss_of))
         return self.bridge(node.custom_op)
 
@@ -185,8 +163,7 @@ class PyTorchGraphExecutor(NativeExecutor):
         *params)``, with the names of its inputs, outputs and parameters."""
         graph = torch.fx.Graph()
         env: dict[str, torch.fx.Node] = {}
-        fed = set(self.graph.inputs) - set(reach.missing)
-        inputs = [name for name in self.graph.inputs if name in fed]
+        inputs = [name for name in self.graph.inputs if name not in reach.missing]
         for index, name in enumerate(inputs):
             env[name] = graph.placeholder(f"input_{index}")
         params = list(self.graph.params)

@@ -52,7 +52,7 @@ class _TorchOptimizer(NativeOptimizer):
         return self.native
 
     def make_native(self, hyperparameters: Mapping[str, Any]) -> torch.optim.Optimizer:
-        return self.torch_class(self.network.parameters(), **_group(hyperparameters))
+        return self.torch_class(self.network.trainable()[1], **_group(hyperparameters))
 
     def push_hyperparameters(self, changed: Mapping[str, Any]) -> None:
         group = _group(self.hyperparameters())  # all of them: betas need both of beta1 and beta2
@@ -64,7 +64,7 @@ class _TorchOptimizer(NativeOptimizer):
                     entry["sum"].fill_(changed["initial_accumulator_value"])
 
     def clip_gradients(self, clip_value: float | None, clip_norm: float | None) -> None:
-        parameters = self.network.parameters()
+        parameters = self.network.trainable()[1]
         if clip_value is not None:
             torch.nn.utils.clip_grad_value_(parameters, clip_value)
         if clip_norm is not None:

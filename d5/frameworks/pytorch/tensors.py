@@ -13,8 +13,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from d5.errors import D5Error
-
 
 def torch_device(device: Any) -> torch.device:
     """The torch device for a d5 device (None: the CPU); the executor has checked that it exists."""
@@ -60,15 +58,6 @@ def as_numpy_value(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [as_numpy_value(v) for v in value]
     return value
-
-
-def to_torch(value: Any, device: torch.device) -> torch.Tensor:
-    """A numeric value as a torch tensor; a d5 error for what torch cannot hold."""
-    converted = as_module_value(value, device)
-    if not isinstance(converted, torch.Tensor):
-        raise D5Error(f"the pytorch framework holds numeric tensors; got {type(value).__name__} of dtype "
-                      f"{getattr(np.asarray(value), 'dtype', '?')}")
-    return converted
 
 
 def to_numpy(value: torch.Tensor) -> np.ndarray:
