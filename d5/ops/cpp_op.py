@@ -32,6 +32,10 @@ _KERNELS_KEPT = 8  # operator instances kept per op (one per dtype and input sha
 Shape = tuple[int, ...]
 
 
+_NUMPY_NAMES = frozenset(np.dtype(t).name for t in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32,
+                                                     np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_))
+
+
 def dtype_name(dtype: Any) -> str:
     """The NumPy name of ``dtype``: anything ``np.dtype`` takes (a dtype, a type, a name), or a name NumPy lacks
     (``'bfloat16'``) as it is. Another object -- a framework's dtype that a bridge passed without converting it
@@ -41,6 +45,8 @@ def dtype_name(dtype: Any) -> str:
     >>> dtype_name(np.float32), dtype_name("int64"), dtype_name("bfloat16")
     ('float32', 'int64', 'bfloat16')
     """
+    if isinstance(dtype, str) and dtype in _NUMPY_NAMES:  # what bridges pass: no np.dtype() call per operator call
+        return dtype
     try:
         return np.dtype(dtype).name
     except TypeError:

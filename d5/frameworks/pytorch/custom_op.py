@@ -33,6 +33,7 @@ from d5.frameworks.allocator import keep_freed_memory
 from d5.frameworks import bridge
 from d5.frameworks.bridge import bridge_backward, bridge_forward, check_custom_op, unreferenced
 from d5.frameworks.pytorch.operators import create_operator
+from d5.frameworks.pytorch.runtime import dtype_name
 from d5.frameworks.pytorch.tensors import as_module_value, as_numpy_value
 from d5.ops.cpp_op import BoundKernel, CppOp
 from d5.ops.operator import CustomOp, as_tuple
@@ -151,7 +152,7 @@ class _CppOpFunction(torch.autograd.Function):
     def forward(ctx, op: CppOp, *inputs: torch.Tensor):  # noqa: D401 - torch's signature
         if not all(isinstance(t, torch.Tensor) for t in inputs):
             raise ShapeError(f"{op.op_type} takes tensors, got {[type(t).__name__ for t in inputs]}")
-        dtype = op.element_type([t.dtype for t in inputs])
+        dtype = op.element_type([dtype_name(t.dtype) for t in inputs])
         device = inputs[0].device
         tensors = [_flat_cpu(t) for t in inputs]
         kernel = op.kernel(dtype, [tuple(t.shape) for t in tensors])

@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -50,6 +51,12 @@ def dtype_name(dtype: Any) -> str:
     A dtype NumPy lacks keeps torch's name (``torch.bfloat16`` -> ``'bfloat16'``)."""
     if not isinstance(dtype, torch.dtype):
         return np.dtype(dtype).name
+    return _torch_dtype_name(dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_dtype_name(dtype: torch.dtype) -> str:
+    # Cached: the C++ bridge asks on every call, and finding out allocates a tensor.
     try:
         return torch.empty(0, dtype=dtype).numpy().dtype.name
     except TypeError:  # no NumPy equivalent (bfloat16, the float8 types, ...)
