@@ -182,3 +182,19 @@ def test_dangling_capture_in_a_built_network_is_a_graph_error():
     net.add_output("y")
     with pytest.raises(GraphError, match=r"node 'choose' \(If\) has a subgraph that reads 'missing'"):
         net.validate()
+
+
+def test_branches_reading_different_outer_tensors_get_their_own():
+    """ONNX files sort a node's attributes (else_branch first): the executor appends the captured tensors in the
+    node's order, and the operator must split them the same way, or a branch reads another tensor's values."""
+    then_branch = helper.make_graph([helper.make_node("Sub", ["x", "t"], ["d"]),
+                                     helper.make_node("ReduceSum", ["d"], ["s"], keepdims=0)],
+                                    "then", [], [vi("s", F, [])])
+    else_branch = helper.make_graph([helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0)], "else", [],
+                                    [vi("m", F, [])])
+    nodes = [helper.make_node("Neg", ["x"], ["t"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)]
+    model = model_of(nodes, [vi("c", B, []), vi("x", F, [3])], [vi("y", F, [])])
+    x = np.array([1.0, 5.0, -2.0], np.float32)
+    for c in (False, True):
+        check(model, {"c": np.array(c), "x": x})

@@ -65,6 +65,7 @@ class _ControlFlowOp(ReferenceOp):
 
     def __init__(self, **attrs: Any) -> None:
         super().__init__()
+        order = [id(value) for value in attrs.values() if isinstance(value, Network)]
         self.graphs: dict[str, Network] = {}
         for key in self._graphs:
             body = attrs.pop(key, None)
@@ -73,9 +74,10 @@ class _ControlFlowOp(ReferenceOp):
                                  f"{type(body).__name__}")
             self.graphs[key] = body
         self.attrs = attrs
-        # The order in which the executor appends captured values: the same rule as graph.node_captures.
+        # The order in which the executor appends captured values: graph.node_captures's, which walks the subgraph
+        # attributes in the node's order (ONNX files sort them: else_branch before then_branch), not _graphs'.
         self.captures: list[str] = []
-        for body in self.graphs.values():
+        for body in sorted(self.graphs.values(), key=lambda body: order.index(id(body))):
             self.captures.extend(name for name in body.captures if name not in self.captures)
         self.bodies: dict[str, _Body] = {}
 
