@@ -394,12 +394,11 @@ class ScaleByLearningRate(GradientTransform):
 
     def set_lr(self, lr: float | Callable[[int], float], step: int = 0) -> None:
         """Set a constant rate (dropping any schedule), or follow a schedule from 0-based step ``step`` on."""
+        # Checked before anything changes: a refused value leaves the rate and its schedule as they were.
         if is_schedule(lr):
-            self.schedule = lr
-            self.lr = learning_rate_at(lr, step)
+            self.lr, self.schedule = learning_rate_at(lr, step), lr
         else:
-            self.schedule = None
-            self.lr = check_hyperparameter("lr", lr)
+            self.lr, self.schedule = check_hyperparameter("lr", lr), None
 
     def begin_step(self, step: int) -> None:
         if self.schedule is not None:

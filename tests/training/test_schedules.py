@@ -119,3 +119,20 @@ def test_schedules_by_name():
                                       "multistep, one_cycle, step, warmup"):
         schedule_by_name("exponential", 0.1)
     assert set(SCHEDULES) == {"constant", "step", "multistep", "cosine", "linear", "warmup", "one_cycle"}
+
+
+def test_a_refused_learning_rate_keeps_the_schedule_on_every_framework():
+    import numpy as np
+
+    import d5
+
+    for name in d5.frameworks.available():
+        framework = d5.frameworks.get(name)
+        executor = framework.from_model(d5.models.mlp((4,), hidden=(3,), num_classes=2))
+        optimizer = framework.MomentumOptimizer(executor, lr=StepSchedule(0.1, step_size=1, gamma=0.5))
+        with pytest.raises(InvalidHyperparameterError, match="lr"):
+            optimizer.lr = -1.0
+        assert optimizer.lr_schedule is not None and optimizer.lr == 0.1, name
+        optimizer.step({"input": np.ones((2, 4), np.float32), "label": np.array([0, 1])})
+        optimizer.step({"input": np.ones((2, 4), np.float32), "label": np.array([0, 1])})
+        assert optimizer.lr == pytest.approx(0.05), name
