@@ -33,6 +33,8 @@ _LAZY = {name: "d5.training" for name in (
     "ThreeStepOptimizer", "TopKAccuracy", "Trainer", "TrainerEvent", "TrainingAccuracy", "TrainingMetric",
     "TrainingStats", "UpdateRuleOptimizer", "WallclockTime", "WarmupSchedule", "chain")}
 _LAZY["run_recipe"] = "d5.recipe"
+_LAZY.update({name: "d5.distributed" for name in ("CommunicationVolume", "DistributedSampler",
+                                                  "MPICommunicationNetwork")})
 _LAZY["load_onnx"] = "d5.network.onnx_import"
 _LAZY["save_onnx"] = "d5.network.onnx_export"
 _SUBMODULES = {"ops", "network", "training", "distributed", "frameworks", "datasets", "models", "bench", "recipe",
