@@ -40,14 +40,40 @@ from d5.errors import DistributedError
 
 
 class ConsistentDecentralized(DistributedOptimizer):
-    """Synchronous data parallelism: the gradients averaged by allreduce, the same update on every rank."""
+    """Synchronous data parallelism: the gradients averaged by allreduce, the same update on every rank.
+
+    ``compression`` (a :mod:`d5.distributed.compression` piece or a spec such as ``"topk:0.01"``) sends each
+    gradient compressed -- by allreduce where the payloads can be summed, by allgather where they cannot -- and
+    :attr:`compressed_bytes` counts what this rank put on the wire; every rank still applies the same average."""
+
+    def __init__(self, base_optimizer: Any, communication: CommunicationNetwork, compression: Any = None) -> None:
+        super().__init__(base_optimizer, communication)
+        from d5.distributed.compression import Compressor, compression_by_name
+
+        if isinstance(compression, str):
+            compression = compression_by_name(compression)
+        if compression is not None and not isinstance(compression, Compressor):
+            raise DistributedError(f"compression must be a d5.distributed.compression piece or a spec such as "
+                                   f"'topk:0.01', got {type(compression).__name__}")
+        self.compression = compression
+        self.compressed_bytes = 0
 
     def step(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         outputs = self.local_pass(inputs)
         comm, scale = self.communication, 1.0 / self.size
-        # A Python float keeps each gradient's dtype (float32 stays float32).
-        self.apply_gradients({name: comm.allreduce(np.ascontiguousarray(grad)) * scale
-                              for name, grad in self.gradients().items()})
+        if self.compression is None:
+            # A Python float keeps each gradient's dtype (float32 stays float32).
+            averaged = {name: comm.allreduce(np.ascontiguousarray(grad)) * scale
+                        for name, grad in self.gradients().items()}
+        else:
+            from d5.distributed.compression import allreduce_compressed
+
+            averaged = {}
+            for name, grad in self.gradients().items():
+                total, sent = allreduce_compressed(comm, grad, name, self.compression)
+                averaged[name] = total * scale
+                self.compressed_bytes += sent
+        self.apply_gradients(averaged)
         return outputs
 
 

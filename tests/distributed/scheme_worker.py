@@ -31,7 +31,9 @@ def shard(batch: dict[str, np.ndarray], rank: int) -> dict[str, np.ndarray]:
 
 def main() -> None:
     scheme, framework, steps, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    extra = {"k": int(sys.argv[5])} if len(sys.argv) > 5 else {}
+    extra = {}
+    if len(sys.argv) > 5:  # model averaging's k, or the allreduce scheme's compression
+        extra = {"k": int(sys.argv[5])} if sys.argv[5].isdigit() else {"compression": sys.argv[5]}
     comm = MPICommunicationNetwork()
     fw = d5.frameworks.get(framework)
     net = network()
@@ -44,6 +46,7 @@ def main() -> None:
               for batch in global_batches(steps, comm.size)]
     names = executor.network.get_params()
     np.savez(f"{out}/rank{comm.rank}.npz", losses=np.array(losses),
+             compressed_bytes=np.array(getattr(optimizer, "compressed_bytes", 0)),
              **{name: value for name, value in zip(names, executor.network.fetch_tensors(names))})
 
 

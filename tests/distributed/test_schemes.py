@@ -85,3 +85,19 @@ def test_the_seeds_consistent_neighbors_runs_as_a_user_writes_it():
     done = run_mpi(example, 2, timeout=120)
     losses = [float(line.split("mean loss ")[1].split()[0]) for line in done.stdout.splitlines() if "mean loss" in line]
     assert len(losses) == 3 and losses[-1] < losses[0], done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("spec", ["fp16", "topk:0.3", "qsgd:8", "onebit"])
+def test_compressed_allreduce_trains_and_counts_its_bytes(tmp_path, spec):
+    """The allreduce scheme with each kind of compression (summable fp16; top-k and 1-bit by allgather with error
+    feedback; QSGD): the ranks stay one model (every rank applies the same average), the loss falls, and the
+    bytes this rank put on the wire are what the compression promises."""
+    done = run_mpi(WORKER, 2, args=["allreduce", "reference", "60", str(tmp_path), spec], timeout=120)
+    results = [dict(np.load(tmp_path / f"rank{rank}.npz")) for rank in range(2)]
+    np.testing.assert_allclose(results[1]["fc2.weight"], results[0]["fc2.weight"], rtol=1e-12)
+    losses = results[0]["losses"]
+    assert losses[-5:].mean() < 0.5 * losses[:5].mean(), (losses, done.stderr)
+    params = sum(value.size for name, value in results[0].items() if name not in ("losses", "compressed_bytes"))
+    dense = 60 * params * 8  # float64 gradients, 60 steps
+    sent = int(results[0]["compressed_bytes"])
+    assert 0 < sent < {"fp16": 0.26, "topk:0.3": 0.8, "qsgd:8": 0.2, "onebit": 0.1}[spec] * dense, (spec, sent, dense)
