@@ -20,7 +20,7 @@ _LAZY = {"MPICommunicationNetwork": "d5.distributed.mpi", "MPIRequest": "d5.dist
          # the schemes and the sampler (their modules, other files): resolved the same way, on first use
          "ConsistentDecentralized": "d5.distributed.schemes", "ConsistentParameterServer": "d5.distributed.schemes",
          "ModelAverageDecentralized": "d5.distributed.schemes", "ConsistentNeighbors": "d5.distributed.schemes",
-         "DPSGD": "d5.distributed.schemes", "SCHEMES": "d5.distributed.schemes", "scheme_by_name": "d5.distributed.schemes",
+         "DPSGD": "d5.distributed.schemes", "InconsistentParameterServer": "d5.distributed.async_ps", "SCHEMES": "d5.distributed.schemes", "scheme_by_name": "d5.distributed.schemes",
          "DistributedSampler": "d5.distributed.sampler",
          **{name: "d5.distributed.compression" for name in (
              "Payload", "Compressor", "StochasticCompressor", "NoCompression", "FP16", "TopK", "RandomK",

@@ -55,6 +55,13 @@ class DistributedOptimizer(abc.ABC):
         self.steps = 0
         self._pairs: list[tuple[str, str]] | None = None
 
+    #: Whether this rank serves the others instead of training (the asynchronous parameter server's rank 0).
+    is_server = False
+
+    def finish(self) -> None:
+        """End the run on this rank (a scheme with a stop protocol overrides it); a training loop calls it on every
+        rank after its last step."""
+
     @property
     def rank(self) -> int:
         return self.communication.rank

@@ -34,6 +34,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from d5.distributed.async_ps import InconsistentParameterServer
 from d5.distributed.communication import CommunicationNetwork
 from d5.distributed.optimizer import DistributedOptimizer
 from d5.errors import DistributedError
@@ -169,9 +170,10 @@ class DPSGD(DistributedOptimizer):
         return outputs
 
 
-#: The schemes by the names recipes take (``--scheme``).
+#: The schemes by the names recipes take (``--scheme``); the asynchronous parameter server lives in its own module.
 SCHEMES = {"allreduce": ConsistentDecentralized, "ps": ConsistentParameterServer,
-           "model-averaging": ModelAverageDecentralized, "neighbors": ConsistentNeighbors, "dpsgd": DPSGD}
+           "async-ps": InconsistentParameterServer, "model-averaging": ModelAverageDecentralized,
+           "neighbors": ConsistentNeighbors, "dpsgd": DPSGD}
 
 
 def scheme_by_name(name: str) -> type[DistributedOptimizer]:
