@@ -7,6 +7,9 @@
     d5 run --replay RESULT.json [--json PATH]
                                            rerun exactly the configuration a result records
     d5 recipe ...                          the same as d5 run
+    d5 launch -n N [--hostfile F] [--mpiexec PATH] RECIPE [OVERRIDES]
+                                           run a recipe on N MPI ranks (OVERRIDES include --scheme NAME and
+                                           --compression SPEC); the exit status comes from every rank's status
     d5 sweep RECIPE --grid KEY=V1,V2 ... [--seeds N] --output DIR [--jobs N]
                                            the recipe over a grid x seeds, each run in a fresh process
     d5 report DIR_OR_FILES... --output DIR result JSONs -> report.md and report.html with tables and plots
@@ -104,6 +107,13 @@ def _run(args: argparse.Namespace) -> int:
     return run_script(find_recipe(args.recipe), overrides)
 
 
+def _launch(args: argparse.Namespace) -> int:
+    from d5.recipe_distributed import launch
+
+    return launch(args.n, args.recipe, list(args.overrides), hostfile=args.hostfile, mpiexec=args.mpiexec,
+                  report=lambda line: print(line, file=sys.stderr, flush=True))
+
+
 def _sweep(args: argparse.Namespace) -> int:
     from d5.sweep import run_sweep
 
@@ -155,7 +165,8 @@ def _exit_status(code: object) -> int:
 def _add_run_parser(commands, name: str, help_text: str) -> None:
     run = commands.add_parser(name, help=help_text, description=help_text + ". OVERRIDES are the recipe's: "
                               "--epochs, --batch-size, --framework, --subset, --seed, --device, --lr, --threads, "
-                              "--json (see `d5 run RECIPE --help`).")
+                              "--scheme, --compression, --json (see `d5 run RECIPE --help`; `d5 launch -n N` runs "
+                              "a recipe on N ranks).")
     run.add_argument("--replay", metavar="RESULT.json", help="rerun exactly the configuration of this result")
     run.add_argument("--json", metavar="PATH", help="write the result as JSON")
     run.add_argument("recipe", nargs="?", help="a recipe script, or the name of one in recipes/")
@@ -164,7 +175,7 @@ def _add_run_parser(commands, name: str, help_text: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``d5`` command's parser (subcommands info, operators, run, recipe, sweep, report, bench).
+    """The ``d5`` command's parser (subcommands info, operators, run, recipe, launch, sweep, report, bench).
 
     >>> args = build_parser().parse_args(["sweep", "mnist_lenet", "--grid", "lr=0.01,0.1", "--output", "out"])
     >>> args.grid, args.seeds, args.jobs
@@ -180,6 +191,19 @@ def build_parser() -> argparse.ArgumentParser:
     operators.set_defaults(run=_operators)
     _add_run_parser(commands, "run", "run a recipe")
     _add_run_parser(commands, "recipe", "run a recipe (the same as d5 run)")
+    launch = commands.add_parser(
+        "launch", help="run a recipe on N MPI ranks (mpiexec -n N python RECIPE OVERRIDES)",
+        description="Run RECIPE on N MPI ranks with the mpiexec next to this Python (else the one on PATH). Give "
+                    "the recipe --scheme NAME (allreduce, ps, async-ps, model-averaging, neighbors, dpsgd) and "
+                    "optionally --compression SPEC; --batch-size is per rank. Rank 0 prints and writes the result; "
+                    "the exit status comes from every rank's status (0 met, 1 missed or a rank failed, 2 a d5 "
+                    "error), not from mpiexec's.")
+    launch.add_argument("-n", "--np", dest="n", type=int, required=True, metavar="N", help="number of ranks")
+    launch.add_argument("--hostfile", metavar="FILE", help="the machines to run on (mpiexec --hostfile FILE)")
+    launch.add_argument("--mpiexec", metavar="PATH", help="the MPI launcher (default: next to Python, else PATH)")
+    launch.add_argument("recipe", help="a recipe script, or the name of one in recipes/")
+    launch.add_argument("overrides", nargs=argparse.REMAINDER, help="the recipe's overrides (--scheme, --json, ...)")
+    launch.set_defaults(run=_launch)
     sweep = commands.add_parser("sweep", help="run a recipe over a grid of overrides and seeds",
                                 description="Run RECIPE for every point of the grid and every seed, each in a "
                                             "fresh process; rerun to resume an interrupted sweep.")
@@ -209,7 +233,9 @@ def report_error(err: D5Error) -> int:
     >>> status, stderr.getvalue().splitlines()
     (2, ['d5: error: --epochs must be positive, got 0'])
     """
-    print(f"d5: error: {err}", file=sys.stderr)
+    # One write of the whole line: ranks of an MPI job share stderr, and print()'s separate newline interleaves.
+    sys.stderr.write(f"d5: error: {err}\n")
+    sys.stderr.flush()
     return 2
 
 

@@ -46,6 +46,16 @@ the run as modified; the JSON result records it. When ``--framework`` switches t
 (``reference``) and the recipe's device is a GPU (e.g. from ``d5.best_device()`` on a GPU machine), the run
 uses the CPU and says so; an explicit ``--device gpu`` with such a framework is a RecipeError.
 
+``--scheme NAME`` (``allreduce``, ``ps``, ``async-ps``, ``model-averaging``, ``neighbors``, ``dpsgd``) trains on
+every MPI rank -- ``d5 launch -n 4 RECIPE --scheme allreduce`` or ``mpiexec -n 4 python RECIPE --scheme allreduce``
+-- with the recipe's optimizer (a framework-neutral ThreeStepOptimizer) wrapped by that scheme and its
+ShuffleSampler/OrderedSampler replaced by a DistributedSampler: ``--batch-size`` is **per rank**.
+``--compression SPEC`` compresses what a scheme that can (``allreduce``) sends. Every rank runs the whole Trainer
+(validation and metrics included); rank 0 alone prints and writes the result, which gains ``distributed`` (world
+size, per-rank bytes and communication seconds, throughput, speedup and efficiency over ``--baseline-throughput`` or
+``--baseline RESULT.json``). Under ``mpiexec`` on several ranks a recipe without ``--scheme`` is refused. See
+:mod:`d5.recipe_distributed` for the checks across ranks (none is left waiting on another's error).
+
 Everything is checked before the first component is built: a component of the wrong type (``epochs='two'``,
 FIXED given as a list, ``optimizer_args=0.1``), a meaningless override (``--seed -1``, ``--epochs 0``) or a
 ``--json`` path that cannot be written raises :class:`d5.errors.RecipeError` (or a D5Error naming the
@@ -65,9 +75,11 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import numbers
 import sys
 import time
+from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -428,30 +440,42 @@ def run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Se
     another module calls: their command line holds their own flags, which the recipe would refuse.
 
     Called by a recipe script, a d5 error ends the program as ``d5 run`` ends it -- one ``d5: error: ...`` line
-    on stderr, exit status 2, no traceback (:func:`d5.cli.report_error`); called by a program, it is raised.
+    on stderr (``d5: error: rank R/P: ...`` on several ranks), exit status 2, no traceback
+    (:func:`d5.cli.report_error`); called by a program, it is raised. On several ranks (``--scheme``, see
+    :mod:`d5.recipe_distributed`) every rank returns rank 0's verdict, and a d5 error during training ends the job.
     """
+    from d5.recipe_distributed import RankContext
     from d5.recipe_record import is_recipe_script
 
     caller = sys._getframe(1).f_globals  # the recipe script's module, when a script called us
-    if not is_recipe_script(caller):
-        return _run_recipe(fixed, mutable, metrics, [] if argv is None else argv, progress, verbose, caller)
+    script = is_recipe_script(caller)
+    context = RankContext()
     try:
-        return _run_recipe(fixed, mutable, metrics, argv, progress, verbose, caller)
+        passed = _run_recipe(fixed, mutable, metrics, argv if script or argv is not None else [], progress, verbose,
+                             caller, context)
     except D5Error as err:
+        labelled = context.label(err)
+        context.write_status(2, error=labelled)
+        if not script:
+            raise labelled if labelled is not err else err
         from d5.cli import report_error
 
-        sys.exit(report_error(err))
+        status = report_error(labelled)
+        context.abort_if_collective(status)  # other ranks may be waiting in a collective: end the job
+        sys.exit(status)
+    except Exception as err:
+        context.write_status(1, error=err)
+        raise  # on several ranks the fault handlers' excepthook ends the job, naming the rank
+    context.write_status(0 if passed else 1, passed=passed)
+    return passed
 
 
-def _run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Sequence[tuple[Any, float | None]],
-                argv: Sequence[str] | None, progress: bool, verbose: bool, caller: Mapping[str, Any]) -> bool:
+def _configure(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Sequence[tuple[Any, float | None]],
+               argv: Sequence[str] | None, verbose: bool, caller: Mapping[str, Any], context: Any) -> SimpleNamespace:
+    """Everything that needs no component built: the spec with the overrides applied, the resolved components
+    and their description, the distributed checks that depend only on the configuration."""
     from d5 import recipe_record
-    from d5.frameworks import reference
-    from d5.training.optimizers import GradientDescent
-    from d5.training.sampler import OrderedSampler, ShuffleSampler
-    from d5.training.trainer import Trainer
 
-    started = time.perf_counter()
     spec = _merge(fixed, mutable)
     origin = {**{_canonical(k): "fixed" for k in fixed}, **{_canonical(k): "mutable" for k in mutable}}
     overrides = parse_overrides(argv)
@@ -468,14 +492,75 @@ def _run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: S
         _apply_lr(spec, overrides.lr)
     _check_metrics(metrics)
     resolved = _resolved(spec)
+    baseline = None
+    if overrides.scheme is not None:
+        from d5 import recipe_distributed
+
+        recipe_distributed.scheme_class(overrides.scheme)
+        recipe_distributed.check_optimizer(resolved["optimizer"], overrides.framework)
+        recipe_distributed.check_train_sampler(resolved["train_sampler"])
+        if overrides.baseline_throughput is not None:
+            baseline = {"throughput": overrides.baseline_throughput, "source": "--baseline-throughput", "notes": []}
+        elif overrides.baseline is not None and context.reporting:  # only rank 0 reports, so only it reads it
+            source = recipe_record.recipe_source(caller)
+            baseline = recipe_record.baseline_throughput(overrides.baseline, source and source["name"])
+            batch = int(spec.get("batch_size", 64))
+            if baseline.get("batch_size") not in (None, batch):
+                baseline["notes"].append(f"the baseline ran with batch size {baseline['batch_size']}, this run with "
+                                         f"{batch} per rank: the speedup mixes batch sizes")
     components = {key: recipe_record.describe(value) for key, value in sorted(resolved.items())}
     replay_of = recipe_record.check_expected(components)  # a replay must resolve to the recorded components
     # Described now: after the run the metrics hold its results, which are not configuration.
     metric_configuration = [{"name": metric.name, "threshold": threshold, "metric": recipe_record.describe(metric)}
                             for metric, threshold in metrics]
-
     # Checked by _check_spec; int() turns numpy integers into the ints Trainer and the samplers expect.
-    seed, epochs, batch_size = int(spec.get("seed", 0)), int(spec.get("epochs", 1)), int(spec.get("batch_size", 64))
+    return SimpleNamespace(
+        spec=spec, origin=origin, overrides=overrides, modified=modified, resolved=resolved, components=components,
+        replay_of=replay_of, metric_configuration=metric_configuration, baseline=baseline,
+        seed=int(spec.get("seed", 0)), epochs=int(spec.get("epochs", 1)), batch_size=int(spec.get("batch_size", 64)))
+
+
+def _fingerprint(plan: SimpleNamespace, caller: Mapping[str, Any]) -> dict[str, str]:
+    """What must be the same on every rank: the script, each resolved component, the metrics, the overrides."""
+    import d5
+    from d5 import recipe_record
+
+    source = recipe_record.recipe_source(caller)
+    items = {"recipe script": source["sha256"] if source else str(caller.get("__name__")),
+             "overrides": " ".join(overrides_to_argv(plan.overrides)), "d5 version": d5.__version__,
+             "metrics": json.dumps(plan.metric_configuration, sort_keys=True, default=str)}
+    items.update({f"component {key}": json.dumps(value, sort_keys=True, default=str)
+                  for key, value in plan.components.items()})
+    return items
+
+
+def _start_distributed(plan: SimpleNamespace | None, error: BaseException | None, caller: Mapping[str, Any],
+                       context: Any, verbose: bool) -> None:
+    """Open the network, meet every rank at the first gate, check that they run the same recipe and that the
+    scheme can use the world size (each a d5 error on every rank)."""
+    from d5 import recipe_distributed
+
+    scheme = None if plan is None else plan.overrides.scheme
+    context.open(scheme, pending=error)
+    recipe_distributed.gate(context.comm, error, "configure the recipe")
+    recipe_distributed.check_same_recipe(context.comm, _fingerprint(plan, caller), overrides_to_argv(plan.overrides))
+    recipe_distributed.check_world_size(scheme, context.size)
+    if verbose:
+        compression = plan.overrides.compression or "none"
+        others = "; rank 0 reports, the other ranks are quiet" if context.size > 1 else ""
+        print(f"d5: distributed run on {context.size} rank{'s' if context.size > 1 else ''}: --scheme {scheme}, "
+              f"--compression {compression}, --batch-size {plan.batch_size} per rank{others}", flush=True)
+
+
+def _build(plan: SimpleNamespace, metrics: Sequence[tuple[Any, float | None]], progress: bool, context: Any
+           ) -> SimpleNamespace:
+    """The components, the (distributed) optimizer and sampler, and the Trainer."""
+    from d5.frameworks import reference
+    from d5.training.optimizers import GradientDescent
+    from d5.training.sampler import OrderedSampler, ShuffleSampler
+    from d5.training.trainer import Trainer
+
+    spec, overrides, seed, batch_size = plan.spec, plan.overrides, plan.seed, plan.batch_size
     train_set, test_set = _build_datasets(spec, overrides.subset)
     network = _build_model(spec, seed)
     executor = _call(spec, "executor", reference.from_model, network)
@@ -487,44 +572,98 @@ def _run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: S
         raise RecipeError(f"the 'optimizer' component must build a d5 Optimizer (with step(inputs)), got "
                           f"{_describe(optimizer)}")
     initial_lr = _learning_rate(optimizer)  # before a schedule changes it
-    sampler_cls = spec.get("train_sampler", ShuffleSampler)
-    sampler_extra = {"seed": seed} if _accepts(sampler_cls, "seed") else {}
-    train_sampler = _call(spec, "train_sampler", ShuffleSampler, train_set, batch_size, extra=sampler_extra)
-    validation_sampler = _call(spec, "validation_sampler", OrderedSampler, test_set, batch_size)
     events = list(spec.get("events", ())) + [metric for metric, _ in metrics]
+    extra_events: list = []
+    if overrides.scheme is not None:
+        from d5 import recipe_distributed
 
+        optimizer = recipe_distributed.wrap_optimizer(optimizer, context.comm, overrides.scheme,
+                                                      overrides.compression, seed)
+        train_sampler = recipe_distributed.distributed_sampler(spec, train_set, batch_size, seed, optimizer)
+        extra_events = recipe_distributed.scheme_events(optimizer)
+    else:
+        sampler_cls = spec.get("train_sampler", ShuffleSampler)
+        sampler_extra = {"seed": seed} if _accepts(sampler_cls, "seed") else {}
+        train_sampler = _call(spec, "train_sampler", ShuffleSampler, train_set, batch_size, extra=sampler_extra)
+    validation_sampler = _call(spec, "validation_sampler", OrderedSampler, test_set, batch_size)
     if overrides.checkpoint is not None:
         from d5.training.checkpoint import Checkpoint
 
         events.append(Checkpoint(overrides.checkpoint, every_steps=overrides.checkpoint_every))
-    trainer = Trainer(train_sampler, validation_sampler, executor, optimizer, events=events, progress=progress)
+    trainer = Trainer(train_sampler, validation_sampler, executor, optimizer, events=extra_events + events,
+                      progress=progress)
+    return SimpleNamespace(executor=executor, optimizer=optimizer, trainer=trainer, initial_lr=initial_lr,
+                           train_sampler=train_sampler, throughput=extra_events[-1] if extra_events else None)
+
+
+def _run_recipe(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Sequence[tuple[Any, float | None]],
+                argv: Sequence[str] | None, progress: bool, verbose: bool, caller: Mapping[str, Any],
+                context: Any) -> bool:
+    from d5 import recipe_distributed, recipe_record
+
+    started = time.perf_counter()
+    verbose, progress = verbose and context.reporting, progress and context.reporting  # other ranks are quiet
+    try:
+        plan, error = _configure(fixed, mutable, metrics, argv, verbose, caller, context), None
+    except Exception as err:  # noqa: BLE001 -- under mpiexec every rank must hear of it (the first gate)
+        if not context.launched:
+            raise
+        plan, error = None, err
+    distributed = context.launched or plan.overrides.scheme is not None
+    if distributed:
+        _start_distributed(plan, error, caller, context, verbose)
+    try:
+        built, error = _build(plan, metrics, progress, context), None
+    except Exception as err:  # noqa: BLE001 -- the second gate: a rank that could not build stops them all
+        if not distributed:
+            raise
+        built, error = None, err
+    if distributed:
+        recipe_distributed.gate(context.comm, error, "build the recipe's components")
+        context.collective = True  # from here a failing rank ends the job: the others may wait in a collective
+    overrides, resolved, trainer = plan.overrides, plan.resolved, built.trainer
     if overrides.resume:
-        _resume(overrides.checkpoint, executor, trainer, verbose)
+        _resume(overrides.checkpoint, built.executor, trainer, verbose)
+    before = context.comm.stats() if distributed else None
     with thread_budget(overrides.threads, _framework_name(resolved["executor"])):
         pools = _thread_pools()  # what the run really used, measured inside the budget
-        stats = trainer.run(epochs)
+        stats = trainer.run(plan.epochs)
 
     rows = [_metric_row(metric, threshold) for metric, threshold in metrics]
     passed = all(row["met"] for row in rows)
+    scaling = None
+    if distributed:
+        scaling, passed = recipe_distributed.gather_figures(
+            context.comm, built.optimizer, built.throughput, before, passed, built.train_sampler, overrides.scheme,
+            overrides.compression, plan.baseline)
+        context.close()  # the last collective: from here each rank's errors are its own
+        if not context.reporting:
+            return passed
     if verbose:
-        _print_table(rows, modified)
+        if scaling is not None:
+            print("\n".join(recipe_distributed.summary_lines(scaling)))
+        _print_table(rows, plan.modified)
     if overrides.json:
         from d5.bench.environment import capture_environment
         from d5.bench.results import write_result
 
+        seed, spec = plan.seed, plan.spec
         environment = capture_environment(seeds={"recipe": seed})
         record = {
-            "recipe_format": recipe_record.RECIPE_FORMAT, "passed": passed, "overrides": modified,
-            "argv": overrides_to_argv(overrides), "training": stats.as_dict(), "seed": seed, "epochs": epochs,
-            "batch_size": batch_size, "device": repr(spec.get("executor_kwargs", {}).get("device")),
-            "framework": _framework_name(resolved["executor"]), "lr": initial_lr,
+            "recipe_format": recipe_record.RECIPE_FORMAT, "passed": passed, "overrides": plan.modified,
+            "argv": overrides_to_argv(overrides), "training": stats.as_dict(), "seed": seed, "epochs": plan.epochs,
+            "batch_size": plan.batch_size, "device": repr(spec.get("executor_kwargs", {}).get("device")),
+            "framework": _framework_name(resolved["executor"]), "lr": built.initial_lr,
             "subset": overrides.subset, "threads": overrides.threads, "thread_pools": pools,
-            "seeds": {"recipe": seed}, "git": _git_record(environment.get("git")), "replay_of": replay_of,
+            "seeds": {"recipe": seed}, "git": _git_record(environment.get("git")), "replay_of": plan.replay_of,
             "recipe_seconds": time.perf_counter() - started,
             "recipe": {"source": recipe_record.recipe_source(caller), "caller": caller.get("__name__"),
-                       "components": components, "origin": {key: origin.get(key, "default") for key in resolved},
-                       "metrics": metric_configuration},
+                       "components": plan.components,
+                       "origin": {key: plan.origin.get(key, "default") for key in resolved},
+                       "metrics": plan.metric_configuration},
         }
+        if scaling is not None:
+            record["distributed"] = scaling
         write_result(overrides.json, "recipe", {row["metric"]: row for row in rows}, environment=environment,
                      extra=record)
     return passed

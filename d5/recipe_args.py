@@ -76,6 +76,40 @@ def _framework_check(value: str) -> str | None:
     return None if value in FRAMEWORKS else f"must be one of {', '.join(FRAMEWORKS)}; got {value!r}"
 
 
+def _scheme_check(value: str) -> str | None:
+    from d5.distributed.schemes import SCHEMES
+
+    return None if value in SCHEMES else f"must be one of {', '.join(SCHEMES)}; got {value!r}"
+
+
+def _compression_check(value: str) -> str | None:
+    from d5.distributed.compression import compression_by_name
+    from d5.errors import DistributedError
+
+    try:
+        compression_by_name(value)
+    except DistributedError as err:  # "compression 'topk:2': ..." -> "--compression 'topk:2': ..."
+        message = str(err)
+        return message[len("compression "):] if message.startswith("compression ") else message
+    return None
+
+
+def scheme_takes_compression(scheme: str) -> bool:
+    """Whether the scheme ``--scheme`` names can compress what it sends (its class takes ``compression=``).
+
+    >>> scheme_takes_compression("ps")
+    False
+    """
+    import inspect
+
+    from d5.distributed.schemes import SCHEMES
+
+    try:
+        return "compression" in inspect.signature(SCHEMES[scheme]).parameters
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def parse_device(text: str):
     """'cpu' -> CPUDevice(), 'gpu' / 'gpu:N' (also 'cuda', 'cuda:N') -> GPUDevice(N), 'best' -> 'best'.
 
@@ -127,6 +161,14 @@ OVERRIDES: tuple[Override, ...] = (
              _positive_finite, to_text=repr, kind="a number"),
     Override("threads", int, "threads of the BLAS/OpenMP pools and of the framework (torch.set_num_threads)",
              "N", _at_least(1), modifies=False),
+    # Distributed training (d5.recipe_distributed). Not sweepable: a sweep's runs are single processes, while a
+    # scaling experiment runs `d5 launch -n N` per world size.
+    Override("scheme", str, "train on every MPI rank with this distributed scheme (allreduce, ps, async-ps, "
+             "model-averaging, neighbors, dpsgd); --batch-size is then per rank", "NAME", _scheme_check,
+             kind="a scheme name", sweepable=False),
+    Override("compression", lambda text: text.strip().lower(), "compress what the --scheme sends: none, fp16, "
+             "topk:RATIO, randomk:RATIO, qsgd:BITS, terngrad or onebit", "SPEC", _compression_check,
+             kind="a compression", sweepable=False),
 )
 OVERRIDES_BY_NAME = {override.name: override for override in OVERRIDES}
 
@@ -150,6 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="checkpoint every N optimizer steps (default: at the end of every epoch)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the newest checkpoint in --checkpoint DIR (a fresh start when none)")
+    # What a distributed run's speedup is relative to (equation 2 of the seeds): reporting, not configuration.
+    parser.add_argument("--baseline-throughput", dest="baseline_throughput", type=float, metavar="SAMPLES_PER_S",
+                        help="the 1-rank throughput a --scheme run's speedup and efficiency are relative to")
+    parser.add_argument("--baseline", metavar="RESULT.json",
+                        help="read the 1-rank baseline throughput from a previous run's result")
     return parser
 
 
@@ -187,7 +234,42 @@ def parse_overrides(argv: Sequence[str] | None) -> argparse.Namespace:
         raise RecipeError(f"--checkpoint-every must be >= 1 (steps), got {args.checkpoint_every}")
     if args.checkpoint is not None:
         check_writable(Path(args.checkpoint) / "step-000000000.d5ckpt", "--checkpoint directory")
+    _check_distributed(args)
     return args
+
+
+def _check_distributed(args: argparse.Namespace) -> None:
+    """The combinations of the distributed flags that cannot work, refused before anything runs.
+
+    >>> parse_overrides(["--compression", "fp16"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    d5.errors.RecipeError: --compression fp16 needs --scheme: ...
+    """
+    if args.scheme is None:
+        for flag, value in (("--compression", args.compression), ("--baseline-throughput", args.baseline_throughput),
+                            ("--baseline", args.baseline)):
+            if value is not None:
+                what = ("compresses what a distributed scheme sends" if flag == "--compression" else
+                        "is the reference of a distributed run's speedup")
+                raise RecipeError(f"{flag} {value} needs --scheme: it {what}; add --scheme allreduce (and run on "
+                                  "several ranks with `d5 launch -n N RECIPE ...` or `mpiexec -n N python RECIPE ...`)")
+        return
+    if args.compression is not None and args.compression != "none" and not scheme_takes_compression(args.scheme):
+        from d5.distributed.schemes import SCHEMES
+
+        able = [name for name in SCHEMES if scheme_takes_compression(name)]
+        raise RecipeError(f"--compression {args.compression}: the scheme {args.scheme!r} does not compress what it "
+                          "sends; " + (f"use --scheme {' or '.join(able)}, or drop --compression" if able else
+                                       "no scheme of this d5 compresses yet; drop --compression"))
+    if args.baseline_throughput is not None and args.baseline is not None:
+        raise RecipeError("--baseline-throughput and --baseline both give the 1-rank baseline; pass one")
+    if args.baseline_throughput is not None and _positive_finite(args.baseline_throughput):
+        raise RecipeError(f"--baseline-throughput {_positive_finite(args.baseline_throughput)} (samples per second "
+                          "of the same recipe on one rank)")
+    if args.checkpoint is not None:
+        raise RecipeError("--checkpoint with --scheme is not supported yet (every rank would write the same "
+                          "directory); drop --checkpoint for a distributed run")
 
 
 def _unknown_argument(unknown: Sequence[str], parser: argparse.ArgumentParser) -> RecipeError:
@@ -235,4 +317,4 @@ def modifications(args: argparse.Namespace) -> dict[str, Any]:
 
 
 __all__ = ["Override", "OVERRIDES", "OVERRIDES_BY_NAME", "build_parser", "parse_overrides", "overrides_to_argv",
-           "modifications", "parse_device", "device_text"]
+           "modifications", "parse_device", "device_text", "scheme_takes_compression"]

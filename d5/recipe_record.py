@@ -249,6 +249,56 @@ def find_recipe(text: str | os.PathLike) -> Path:
                   f"({', '.join(known) or 'none found'})")
 
 
+def baseline_throughput(path: str | os.PathLike, recipe_name: str | None = None) -> dict:
+    """``--baseline RESULT.json``: the 1-rank throughput (samples/s) a distributed run's speedup is relative to,
+    from a recipe result -- a ``--scheme`` run on one rank (``extra.distributed.throughput``) or a plain run (its
+    Throughput metric, else its training samples over its data and step time). Returns ``{"throughput",
+    "source", "notes"}``; a RecipeError for a file that gives none, or for a run on several ranks.
+
+    >>> import tempfile, pathlib
+    >>> from d5.bench.results import write_result
+    >>> path = write_result(pathlib.Path(tempfile.mkdtemp()) / "one.json", "recipe", {"Throughput": {"value": 850.0}},
+    ...                     environment={}, extra={"recipe_format": RECIPE_FORMAT})
+    >>> baseline_throughput(path)["throughput"]
+    850.0
+    """
+    from d5.bench.results import read_result
+
+    try:
+        document = read_result(path)
+    except D5Error as err:
+        raise RecipeError(f"--baseline {path}: {err}") from None
+    if document.get("name") != "recipe":
+        raise RecipeError(f"--baseline {path}: it is a {document.get('name')!r} result, not a recipe run's; give the "
+                          "result (--json) of the same recipe run on one rank")
+    extra = document.get("extra") if isinstance(document.get("extra"), Mapping) else {}
+    distributed = extra.get("distributed") if isinstance(extra.get("distributed"), Mapping) else None
+    throughput = None
+    if distributed is not None:
+        if distributed.get("world_size", 1) != 1:
+            raise RecipeError(f"--baseline {path}: that run was on {distributed.get('world_size')} ranks; the baseline "
+                              "of a speedup is the recipe on ONE rank (`python RECIPE --scheme allreduce --json "
+                              "base.json`)")
+        throughput = distributed.get("throughput")
+    if throughput is None:
+        row = (document.get("figures") or {}).get("Throughput")
+        throughput = row.get("value") if isinstance(row, Mapping) else None
+    if throughput is None:
+        training = extra.get("training") if isinstance(extra.get("training"), Mapping) else {}
+        timing = training.get("timing") if isinstance(training.get("timing"), Mapping) else {}
+        seconds = float(timing.get("data", 0.0)) + float(timing.get("step", 0.0))
+        throughput = training.get("samples", 0) / seconds if seconds > 0 else None
+    if not isinstance(throughput, (int, float)) or isinstance(throughput, bool) or not throughput > 0:
+        raise RecipeError(f"--baseline {path}: the result holds no training throughput; give the result of a recipe "
+                          "run that trained, or --baseline-throughput SAMPLES_PER_S")
+    notes = []
+    source = ((extra.get("recipe") or {}).get("source") or {}).get("name")
+    if recipe_name and source and source != recipe_name:
+        notes.append(f"the baseline is recipe {source!r}, this run is {recipe_name!r}")
+    return {"throughput": float(throughput), "source": str(path), "notes": notes,
+            "batch_size": extra.get("batch_size"), "framework": extra.get("framework")}
+
+
 def plan_replay(document: Mapping[str, Any], path: str | os.PathLike) -> ReplayPlan:
     """Check that the result ``document`` (read from ``path``) can be replayed and say how; RecipeError why not.
 
@@ -276,6 +326,11 @@ def plan_replay(document: Mapping[str, Any], path: str | os.PathLike) -> ReplayP
                           "to rerun; save the recipe as a script and run it with `d5 run SCRIPT`")
     script = _find_script(source, path)
     argv = [str(item) for item in extra.get("argv") or []]
+    ranks = (extra.get("distributed") or {}).get("world_size", 1) if isinstance(extra.get("distributed"), Mapping) \
+        else 1
+    if isinstance(ranks, int) and ranks > 1:
+        raise RecipeError(f"cannot replay {path} in one process: the run was on {ranks} MPI ranks; rerun it with "
+                          f"`d5 launch -n {ranks} {script} {' '.join(argv)}`")
     notes = _git_notes(document)
     return ReplayPlan(script, argv, dict(recipe.get("components") or {}), notes)
 
@@ -366,4 +421,4 @@ def replay(result_path: str | os.PathLike, run_script: Any, json_path: str | Non
 
 
 __all__ = ["RECIPE_FORMAT", "describe", "is_recipe_script", "recipe_source", "find_recipe", "git_diff_digest",
-           "expecting", "check_expected", "plan_replay", "replay", "ReplayPlan"]
+           "expecting", "check_expected", "plan_replay", "replay", "ReplayPlan", "baseline_throughput"]

@@ -529,7 +529,8 @@ def test_run_recipe_called_by_a_program_raises_and_ignores_that_program_s_comman
 
 @pytest.mark.parametrize("argv, expected", [
     (["--bogus", "1"], "unknown flag --bogus; a recipe takes --epochs, --batch-size, --framework, --subset, --seed, "
-                       "--device, --lr, --threads, --json, --checkpoint, --checkpoint-every, --resume (see --help)"),
+                       "--device, --lr, --threads, --scheme, --compression, --json, --checkpoint, --checkpoint-every, "
+                       "--resume, --baseline-throughput, --baseline (see --help)"),
     (["--epcohs", "2"], "unknown flag --epcohs (did you mean --epochs?); "),
     (["--batch_size=8"], "unknown flag --batch_size (did you mean --batch-size?); "),
     (["--epochs", "1", "2"], "unexpected argument '2', which follows no flag that takes a value; a recipe takes "),

@@ -142,6 +142,9 @@ class InconsistentParameterServer(DistributedOptimizer):
     holds the same parameters and gives them rank 0's values (as every scheme does).
     """
 
+    #: The fewest ranks it runs on (a server and a worker).
+    min_ranks = 2
+
     def __init__(self, base_optimizer: Any, communication: CommunicationNetwork, max_staleness: int | None = None,
                  *, timeout: float | None | str = "comm", poll_interval: float = 0.001) -> None:
         super().__init__(base_optimizer, communication)

@@ -57,6 +57,8 @@ class DistributedOptimizer(abc.ABC):
 
     #: Whether this rank serves the others instead of training (the asynchronous parameter server's rank 0).
     is_server = False
+    #: The fewest ranks the scheme runs on (recipes refuse fewer on every rank, before anything is built).
+    min_ranks = 1
 
     def finish(self) -> None:
         """End the run on this rank (a scheme with a stop protocol overrides it); a training loop calls it on every

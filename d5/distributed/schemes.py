@@ -83,6 +83,9 @@ class ConsistentParameterServer(DistributedOptimizer):
     also computes) gathers and averages them, applies the base optimizer, and sends the parameters back. Only
     rank 0's optimizer state is used (the workers' stays empty)."""
 
+    #: The fewest ranks it runs on (a server and a worker).
+    min_ranks = 2
+
     def __init__(self, base_optimizer: Any, communication: CommunicationNetwork) -> None:
         super().__init__(base_optimizer, communication)
         if communication.size < 2:

@@ -574,9 +574,12 @@ class Trainer:
 
     def _correct(self, outputs: Mapping[str, Any], batch: Mapping[str, Any], label_node: str):
         name = self._prediction_output
-        if name is None:
-            name = self._prediction_output = self._find_prediction_output(outputs) or ""
-        if not name or label_node not in batch:
+        if not name:  # remembered once found: a step may return only the loss (a parameter server's rank 0)
+            name = self._find_prediction_output(outputs)
+            if name is None:
+                return None
+            self._prediction_output = name
+        if label_node not in batch:
             return None
         return count_correct(outputs[name], batch[label_node])
 
