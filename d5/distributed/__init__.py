@@ -25,7 +25,8 @@ _LAZY = {"MPICommunicationNetwork": "d5.distributed.mpi", "MPIRequest": "d5.dist
          **{name: "d5.distributed.compression" for name in (
              "Payload", "Compressor", "StochasticCompressor", "NoCompression", "FP16", "TopK", "RandomK",
              "ErrorFeedback", "compression_by_name", "allreduce_compressed", "CompressedSum")},
-         **{name: "d5.distributed.quantization" for name in ("QSGD", "TernGrad", "OneBit")}}
+         **{name: "d5.distributed.quantization" for name in ("QSGD", "TernGrad", "OneBit")},
+         **{name: "d5.distributed.data_parallel" for name in ("DataParallel", "BucketLayout", "BucketReducer")}}
 
 
 def __getattr__(name: str) -> Any:

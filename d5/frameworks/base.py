@@ -35,9 +35,10 @@ from d5.ops.operator import CustomOp
 #: Module files every framework package has, under these names (``diff -r`` between two framework packages
 #: then shows only what truly differs). ``operators/`` maps ONNX operators to the framework's own; ``tensors.py``
 #: converts values between NumPy and the framework; ``runtime.py`` is what framework-neutral code (devices, the
-#: operator benchmarks) asks of the framework, through ``d5.frameworks.runtime(name)``.
+#: operator benchmarks) asks of the framework, through ``d5.frameworks.runtime(name)``; ``distributed.py`` holds
+#: ``GradientBuckets``, the framework's half of :class:`d5.distributed.DataParallel` (its gradients in flat buckets).
 REQUIRED_MODULES = ("__init__.py", "executor.py", "custom_op.py", "optimizers.py", "tensors.py", "runtime.py",
-                    "operators/__init__.py")
+                    "distributed.py", "operators/__init__.py")
 
 #: The file names (without ``.py``) of ``operators/``: one per ONNX operator category. Support code there is
 #: private (a leading underscore).

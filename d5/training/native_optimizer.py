@@ -9,7 +9,7 @@ under the name, signature, hyper-parameters and update equations of a reference 
   then holds the hyper-parameters (``optimizer.momentum`` reads and writes it) and ``lr`` with its schedule;
 - a native optimizer refuses an executor of another framework (:class:`d5.errors.D5Error` naming both);
 - ``step``: check the batch, advance the schedule, forward and backward pass, the divergence check (before any
-  update), clipping, then the native update;
+  update), the ``gradient_hook`` if one is set (DataParallel's averaging), clipping, then the native update;
 - ``state_dict``/``load_state_dict``: the d5 part (kind, steps, hyper-parameters, parameter shapes) and the
   checks that refuse another optimizer's or network's state; the framework adds its native state.
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import abc
 import inspect
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
 
@@ -61,6 +61,10 @@ class NativeOptimizer(Optimizer):
     reference: ClassVar[type[ChainOptimizer]]
     #: The framework whose executors this optimizer accepts (``d5.frameworks.base.FrameworkExecutor.framework``).
     framework: ClassVar[str]
+    #: Called with no arguments after the divergence check and before clipping, when set: where
+    #: :class:`d5.distributed.DataParallel` averages the gradients over the ranks. A class attribute, so an
+    #: unwrapped optimizer's step pays one attribute load (no ``__getattr__``) and a None test.
+    gradient_hook: Callable[[], None] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -180,6 +184,9 @@ class NativeOptimizer(Optimizer):
             self.push_hyperparameters({"lr": spec.lr})
         outputs = self.executor.inference_and_backprop(inputs, self.loss)
         self.finish_step(outputs)  # raises on a NaN loss before any parameter changes
+        hook = self.gradient_hook
+        if hook is not None:
+            hook()
         (by_value, value_key), (by_norm, norm_key) = self._clipping
         clip_value, clip_norm = getattr(by_value, value_key), getattr(by_norm, norm_key)
         if clip_value is not None or clip_norm is not None:
