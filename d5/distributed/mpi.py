@@ -41,6 +41,7 @@ from mpi4py import MPI
 from d5.distributed.communication import (ANY_SOURCE, ANY_TAG, REDUCE_OPS, CommunicationCounters,
                                           CommunicationNetwork, CommunicationRequest)
 from d5.distributed.faults import FaultHandlers, _NoWatchdog, describe_call, install_fault_handlers
+from d5.distributed.timeline import from_env as timeline_from_env
 from d5.errors import DistributedError
 
 #: The dtypes MPI can carry (bool only where nothing is reduced), in native byte order.
@@ -91,26 +92,31 @@ class MPIRequest(CommunicationRequest):
     (so they cannot be freed under MPI). ``test()`` and ``wait()`` count their time for the operation."""
 
     __slots__ = ("_network", "_request", "_op", "_what", "_result", "_buffers", "_mean", "_expected", "_status",
-                 "done")
+                 "_issued", "done")
 
     def __init__(self, network: MPICommunicationNetwork, request: Any, op: str, what: tuple, result: Any,
-                 buffers: tuple, mean: bool = False, expected: int = -1) -> None:
+                 buffers: tuple, mean: bool = False, expected: int = -1, issued: float = 0.0) -> None:
         self._network, self._request, self._op, self._what = network, request, op, what
         self._result, self._buffers, self._mean, self._expected = result, buffers, mean, expected
+        self._issued = issued  # perf_counter at the issue (D5_TIMELINE's request events)
         self._status = MPI.Status() if expected >= 0 else None
         self.done = False
 
     def _finish(self) -> None:
         self.done = True
-        self._buffers = ()
+        buffers, self._buffers = self._buffers, ()
         network = self._network
         if self._mean:
             self._result /= network._size
         if self._expected >= 0:  # a receive: count what arrived, and refuse a short message
             received = self._status.Get_count(MPI.BYTE)
             network._counters.record(self._op, 0, received, 0.0, calls=0)
+            if network._timeline is not None:
+                network._timeline.request(self._op, self._what, self._issued, received)
             if received != self._expected:
                 raise network._short_message("irecv", received, self._expected, self._status.Get_source())
+        elif network._timeline is not None:
+            network._timeline.request(self._op, self._what, self._issued, buffers[0].nbytes if buffers else 0)
 
     def test(self) -> bool:
         if self.done:
@@ -138,6 +144,10 @@ class MPIRequest(CommunicationRequest):
             finally:
                 watchdog.state = None
             network._counters.record(self._op, 0, 0, perf_counter() - started, calls=0)
+            if network._timeline is not None:
+                what = self._what
+                network._timeline.call(f"wait {self._op}", what[3], started, 0, what[2], what[1],
+                                       None if what[4] is None else "peer", what[4])
             self._finish()
         return self._result
 
@@ -181,6 +191,8 @@ class MPICommunicationNetwork(CommunicationNetwork):
         else:
             self._watchdog = _NoWatchdog()  # the same slot, nothing watches it
         self._closed = False
+        # D5_TIMELINE: the rank's Chrome-trace recorder (d5.distributed.timeline), None when unset
+        self._timeline = timeline_from_env(MPI.COMM_WORLD.Get_rank())
 
     # ------------------------------------------------------------------------------------------ identity
     @property
@@ -366,6 +378,8 @@ class MPICommunicationNetwork(CommunicationNetwork):
             out /= self._size
         nbytes = array.nbytes
         self._counters.record("allreduce", nbytes, nbytes, perf_counter() - started)
+        if self._timeline is not None:
+            self._timeline.call("allreduce", name, started, nbytes, array.dtype, array.shape, "op", op)
         return out
 
     def iallreduce(self, array: np.ndarray, op: str = "sum", out: np.ndarray | None = None, *,
@@ -388,7 +402,9 @@ class MPICommunicationNetwork(CommunicationNetwork):
             raise self._mpi_error(label, error) from None
         nbytes = array.nbytes
         self._counters.record("iallreduce", nbytes, nbytes, perf_counter() - started)
-        return MPIRequest(self, handle, "iallreduce", what, out, (array, out), mean=op == "mean")
+        if self._timeline is not None:
+            self._timeline.call("iallreduce", name, started, nbytes, array.dtype, array.shape, "op", op)
+        return MPIRequest(self, handle, "iallreduce", what, out, (array, out), mean=op == "mean", issued=started)
 
     def broadcast(self, array: np.ndarray, root: int = 0, out: np.ndarray | None = None, *,
                   name: str | None = None) -> np.ndarray:
@@ -419,6 +435,8 @@ class MPICommunicationNetwork(CommunicationNetwork):
         is_root = self._rank == root
         self._counters.record("broadcast", nbytes if is_root else 0, 0 if is_root else nbytes,
                               perf_counter() - started)
+        if self._timeline is not None:
+            self._timeline.call("broadcast", name, started, nbytes, out.dtype, out.shape, "root", root)
         return out
 
     def gather(self, array: np.ndarray, root: int = 0, out: np.ndarray | None = None, *,
@@ -447,6 +465,8 @@ class MPICommunicationNetwork(CommunicationNetwork):
         nbytes = array.nbytes
         self._counters.record("gather", 0 if is_root else nbytes, nbytes * (self._size - 1) if is_root else 0,
                               perf_counter() - started)
+        if self._timeline is not None:
+            self._timeline.call("gather", name, started, nbytes, array.dtype, array.shape, "root", root)
         return out if is_root else None
 
     def allgather(self, array: np.ndarray, out: np.ndarray | None = None, *,
@@ -471,6 +491,8 @@ class MPICommunicationNetwork(CommunicationNetwork):
             watchdog.state = None
         nbytes = array.nbytes
         self._counters.record("allgather", nbytes, nbytes * (self._size - 1), perf_counter() - started)
+        if self._timeline is not None:
+            self._timeline.call("allgather", name, started, nbytes, array.dtype, array.shape)
         return out
 
     def _scratch_like(self, array: np.ndarray, slot: int) -> np.ndarray:
@@ -525,6 +547,8 @@ class MPICommunicationNetwork(CommunicationNetwork):
             out += from_right
             traffic = 2 * array.nbytes
         self._counters.record("reduce_from_neighbors", traffic, traffic, perf_counter() - started)
+        if self._timeline is not None:
+            self._timeline.call("reduce_from_neighbors", name, started, array.nbytes, array.dtype, array.shape)
         return out
 
     def barrier(self) -> None:
@@ -542,6 +566,8 @@ class MPICommunicationNetwork(CommunicationNetwork):
         finally:
             watchdog.state = None
         self._counters.record("barrier", 0, 0, perf_counter() - started)
+        if self._timeline is not None:
+            self._timeline.call("barrier", None, started, 0)
 
     # ------------------------------------------------------------------------------------------ point to point
     def send(self, array: np.ndarray, dest: int, tag: int = 0) -> None:
@@ -557,6 +583,8 @@ class MPICommunicationNetwork(CommunicationNetwork):
         finally:
             watchdog.state = None
         self._counters.record("send", array.nbytes, 0, perf_counter() - started)
+        if self._timeline is not None:
+            self._timeline.call("send", None, started, array.nbytes, array.dtype, array.shape, "peer", dest)
 
     def recv(self, array: np.ndarray, source: int, tag: int = 0) -> np.ndarray:
         self._receivable(array, "recv")
@@ -574,6 +602,9 @@ class MPICommunicationNetwork(CommunicationNetwork):
             watchdog.state = None
         received = status.Get_count(MPI.BYTE)
         self._counters.record("recv", 0, received, perf_counter() - started)
+        if self._timeline is not None:
+            self._timeline.call("recv", None, started, received, array.dtype, array.shape, "peer",
+                                status.Get_source())
         if received != array.nbytes:
             raise self._short_message("recv", received, array.nbytes, status.Get_source())
         return array
@@ -598,8 +629,10 @@ class MPICommunicationNetwork(CommunicationNetwork):
         except MPI.Exception as error:
             raise self._mpi_error("isend", error) from None
         self._counters.record("isend", array.nbytes, 0, perf_counter() - started)
+        if self._timeline is not None:
+            self._timeline.call("isend", None, started, array.nbytes, array.dtype, array.shape, "peer", dest)
         return MPIRequest(self, handle, "isend", ("wait for isend", array.shape, array.dtype, None, dest, tag),
-                          None, (array,))
+                          None, (array,), issued=started)
 
     def irecv(self, array: np.ndarray, source: int, tag: int = 0) -> MPIRequest:
         self._receivable(array, "irecv")
@@ -611,8 +644,10 @@ class MPICommunicationNetwork(CommunicationNetwork):
             raise self._mpi_error("irecv", error) from None
         self._counters.record("irecv", 0, 0, perf_counter() - started)
         peer = "any" if source == MPI.ANY_SOURCE else source
+        if self._timeline is not None:
+            self._timeline.call("irecv", None, started, 0, array.dtype, array.shape, "peer", peer)
         return MPIRequest(self, handle, "irecv", ("wait for irecv", array.shape, array.dtype, None, peer, tag),
-                          array, (array,), expected=array.nbytes)
+                          array, (array,), expected=array.nbytes, issued=started)
 
     def testall(self, requests: Sequence[CommunicationRequest]) -> bool:
         return all([request.test() for request in requests])
@@ -633,6 +668,8 @@ class MPICommunicationNetwork(CommunicationNetwork):
             finally:
                 watchdog.state = None
             share = (perf_counter() - started) / len(pending)
+            if self._timeline is not None:
+                self._timeline.call("waitall", None, started, 0, key="requests", value=len(pending))
             for request in pending:
                 self._counters.record(request._op, 0, 0, share, calls=0)
                 request._finish()
@@ -650,6 +687,8 @@ class MPICommunicationNetwork(CommunicationNetwork):
         if not MPI.Is_finalized():
             self.comm.Free()
             self._internal.Free()
+        if self._timeline is not None:  # D5_TIMELINE: this rank's file (again at exit, if more came)
+            self._timeline.write()
 
     def __enter__(self) -> MPICommunicationNetwork:
         return self
