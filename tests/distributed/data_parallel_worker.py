@@ -14,11 +14,10 @@ import numpy as np
 import d5
 from d5.distributed.data_parallel import DataParallel
 from d5.errors import DistributedError
-from d5.network.gradient_check import as_float64
 
 from mpi_jobs import report
+from scheme_worker import PER_RANK, global_batches, network, shard  # noqa: F401 (the same toy problem)
 
-PER_RANK = 4
 STEPS = 4
 TINY = 1e-4  # MiB: about 13 float64 elements, so every tensor of the MLP gets a bucket of its own
 MOMENTUM = {"lr": 0.1, "momentum": 0.9}
@@ -35,20 +34,6 @@ CONFIGS = {
     "reference-clipped": ("reference", "MomentumOptimizer", {**MOMENTUM, "clip_norm": 0.05}, {"bucket_mb": TINY}),
     "pytorch-fp16": ("pytorch", "MomentumOptimizer", MOMENTUM, {"bucket_mb": TINY, "compression": "fp16"}),
 }
-
-
-def network(hidden: int = 5) -> d5.Network:
-    return as_float64(d5.models.mlp((6,), hidden=(hidden,), num_classes=3, seed=1))
-
-
-def global_batches(steps: int, ranks: int) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(7)
-    inputs = [rng.standard_normal((PER_RANK * ranks, 6)) for _ in range(steps)]
-    return [{"input": x, "label": np.argmax(x[:, :3], axis=1)} for x in inputs]  # learnable labels
-
-
-def shard(batch: dict[str, np.ndarray], rank: int) -> dict[str, np.ndarray]:
-    return {name: value[rank * PER_RANK:(rank + 1) * PER_RANK] for name, value in batch.items()}
 
 
 def optimizer_of(framework: str, name: str, executor, hyperparameters: dict) -> object:

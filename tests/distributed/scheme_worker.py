@@ -8,15 +8,14 @@ import sys
 import numpy as np
 
 import d5
-from d5.distributed import MPICommunicationNetwork
-from d5.distributed.schemes import scheme_by_name
 from d5.network.gradient_check import as_float64
 
 PER_RANK = 4
 
 
-def network() -> d5.Network:
-    return as_float64(d5.models.mlp((6,), hidden=(5,), num_classes=3, seed=1))
+def network(hidden: int = 5) -> d5.Network:
+    """The toy every distributed test trains (also data_parallel_worker.py's): a float64 MLP, 6 inputs, 3 classes."""
+    return as_float64(d5.models.mlp((6,), hidden=(hidden,), num_classes=3, seed=1))
 
 
 def global_batches(steps: int, ranks: int) -> list[dict[str, np.ndarray]]:
@@ -30,6 +29,9 @@ def shard(batch: dict[str, np.ndarray], rank: int) -> dict[str, np.ndarray]:
 
 
 def main() -> None:
+    from d5.distributed import MPICommunicationNetwork  # here: importing this module must not start MPI
+    from d5.distributed.schemes import scheme_by_name
+
     scheme, framework, steps, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     extra = {}
     if len(sys.argv) > 5:  # model averaging's k, or the allreduce scheme's compression
