@@ -497,7 +497,7 @@ def _configure(fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Se
         from d5 import recipe_distributed
 
         recipe_distributed.scheme_class(overrides.scheme)
-        recipe_distributed.check_optimizer(resolved["optimizer"], overrides.framework)
+        recipe_distributed.check_optimizer(resolved["optimizer"], overrides.framework, overrides.scheme)
         recipe_distributed.check_train_sampler(resolved["train_sampler"])
         if overrides.baseline_throughput is not None:
             baseline = {"throughput": overrides.baseline_throughput, "source": "--baseline-throughput", "notes": []}

@@ -263,23 +263,44 @@ def check_world_size(scheme: str | None, size: int) -> None:
                           "or use --scheme allreduce, which runs on any number of ranks")
 
 
-def check_optimizer(optimizer: Any, framework_override: str | None = None) -> None:
-    """Schemes wrap d5's framework-neutral three-step optimizers; a framework's native optimizer is refused
-    (``framework_override``: the ``--framework`` that chose it)."""
-    if all(callable(getattr(optimizer, hook, None)) for hook in ("new_input", "prepare_param", "update_rule")):
+#: The schemes that also take a framework's native optimizer (through :class:`~d5.distributed.DataParallel`, which
+#: averages the gradients inside its step); every other scheme needs a ThreeStepOptimizer's hooks.
+NATIVE_SCHEMES = ("allreduce",)
+
+
+def is_native_optimizer(optimizer: Any) -> bool:
+    """Whether ``optimizer`` (a class or an instance) is a framework's native optimizer (a NativeOptimizer)."""
+    from d5.training.native_optimizer import NativeOptimizer
+
+    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
+    return issubclass(cls, NativeOptimizer)
+
+
+def check_optimizer(optimizer: Any, framework_override: str | None = None, scheme: str | None = None) -> None:
+    """Schemes wrap d5's framework-neutral three-step optimizers; a framework's native optimizer is taken by
+    ``--scheme allreduce`` alone (DataParallel) and refused by the others (``framework_override``: the
+    ``--framework`` that chose it)."""
+    native = is_native_optimizer(optimizer)
+    if native and scheme in NATIVE_SCHEMES:
+        return
+    if not native and all(callable(getattr(optimizer, hook, None))
+                          for hook in ("new_input", "prepare_param", "update_rule")):
         return
     name = getattr(optimizer, "__name__", type(optimizer).__name__)
     module = getattr(optimizer, "__module__", "") or ""
-    native = module.startswith("d5.frameworks.") and not module.startswith("d5.frameworks.reference")
-    raise RecipeError(f"--scheme needs a framework-neutral ThreeStepOptimizer (new_input, prepare_param, update_rule) "
-                      f"to wrap, but the recipe's optimizer {module}.{name} is "
-                      + ("that framework's native optimizer" if native else "not one")
-                      + (f" (--framework {framework_override} chose it: that framework's optimizer of the recipe's "
-                         "class name)" if framework_override and native else "")
-                      + f"; use d5's own (e.g. d5.{name if name.endswith('Optimizer') else 'MomentumOptimizer'}, which "
-                      "runs on every framework's executor) in the recipe's 'optimizer'"
-                      + (f", with the executor d5.frameworks.{framework_override}.from_model instead of --framework "
-                         f"{framework_override}" if framework_override and native else ""))
+    what = f"--scheme {scheme}" if scheme else "--scheme"
+    if native:
+        chosen = f" (--framework {framework_override} chose it)" if framework_override else ""
+        raise RecipeError(f"{what} needs a framework-neutral ThreeStepOptimizer (new_input, prepare_param, "
+                          f"update_rule) to wrap, but the recipe's optimizer {module}.{name} is that framework's native "
+                          f"optimizer{chosen}; --scheme allreduce takes it (d5.distributed.DataParallel averages the "
+                          f"gradients inside its step), or use d5's own d5.{name} in the recipe's 'optimizer' with "
+                          + (f"the executor d5.frameworks.{framework_override}.from_model" if framework_override else
+                             "the same executor") + " for the other schemes")
+    raise RecipeError(f"{what} needs a d5 optimizer to wrap: a framework-neutral ThreeStepOptimizer (new_input, "
+                      f"prepare_param, update_rule), or for --scheme allreduce a framework's native optimizer; the "
+                      f"recipe's optimizer {module}.{name} is neither; use d5's own (e.g. d5.MomentumOptimizer, which "
+                      "runs on every framework's executor) in the recipe's 'optimizer'")
 
 
 def check_train_sampler(sampler: Any) -> None:
@@ -342,14 +363,21 @@ class SchemeOptimizer:
 
 
 def wrap_optimizer(base: Any, comm: Any, scheme: str, compression: str | None, seed: int) -> SchemeOptimizer:
-    """The scheme ``scheme`` around ``base``; ``compression=`` only when given (each rank its own seed)."""
+    """The scheme ``scheme`` around ``base`` -- a framework's native optimizer goes into a
+    :class:`~d5.distributed.DataParallel` (``--scheme allreduce``) -- with ``compression=`` only when given (each
+    rank its own seed, so the ranks' rounding errors average out)."""
     from d5.distributed.compression import compression_by_name
     from d5.recipe_args import scheme_takes_compression
 
-    check_optimizer(base)
-    kwargs = {}
+    check_optimizer(base, scheme=scheme)
+    compressor = None
     if compression is not None and scheme_takes_compression(scheme):
-        kwargs["compression"] = compression_by_name(compression, seed=seed + comm.rank)
+        compressor = compression_by_name(compression, seed=seed + comm.rank)
+    if is_native_optimizer(base):
+        from d5.distributed.data_parallel import DataParallel
+
+        return SchemeOptimizer(DataParallel(base, comm, compression=compressor))
+    kwargs = {} if compressor is None else {"compression": compressor}
     return SchemeOptimizer(scheme_class(scheme)(base, comm, **kwargs))
 
 
@@ -586,6 +614,6 @@ def launch(n: int, recipe: str, overrides: Sequence[str], hostfile: str | None =
 
 
 __all__ = ["STATUS_ENV", "RankContext", "launcher_place", "open_network", "allgather_json", "gate",
-           "check_same_recipe", "check_world_size", "check_optimizer", "check_train_sampler", "distributed_sampler",
+           "check_same_recipe", "check_world_size", "check_optimizer", "is_native_optimizer", "NATIVE_SCHEMES", "check_train_sampler", "distributed_sampler",
            "SchemeOptimizer", "wrap_optimizer", "scheme_events", "speedup_and_efficiency", "gather_figures",
            "summary_lines", "find_mpiexec", "launch", "launch_outcome", "read_statuses", "min_ranks"]

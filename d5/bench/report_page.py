@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 from d5.io_utils import atomic_write
 
 from .report import RecipeRun, ReportInputs, _cell, _is_numeric, aggregate_point, markdown_table
+from .report_scaling import scaling_plot, scaling_points, scaling_rows
 
 _RESOURCE_METRIC = re.compile(r"memory|cpu|utili[sz]ation", re.IGNORECASE)
 _STYLE = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
@@ -330,8 +331,27 @@ def _recipe_section(page: Page, recipe: str, runs: list[RecipeRun], directory: P
     if missing:
         page.paragraph("Not plotted, for want of data (two or more batch sizes or thread counts, or per-epoch "
                        "accuracies): " + "; ".join(missing) + ".")
+    _scaling_section(page, recipe, runs, slug)
     page.heading(3, "All runs")
     page.table(_run_rows(runs, directory))
+
+
+def _scaling_section(page: Page, recipe: str, runs: list[RecipeRun], slug: str) -> None:
+    """Distributed runs (``--scheme``): seed 000's table -- throughput, speedup, efficiency, accuracy, bytes per
+    rank, staleness -- and throughput and efficiency against the ranks."""
+    points = scaling_points(runs)
+    if not points:
+        return
+    page.heading(3, "Scaling")
+    page.paragraph("Runs with --scheme, grouped by scheme, compression, ranks and batch per rank (medians over "
+                   "their runs). Throughput: every training rank's samples over the slowest rank's training time; "
+                   "speedup: throughput over the 1-rank throughput (the run's --baseline, else the 1-rank runs of the "
+                   "same batch per rank in this report); efficiency: speedup over the training ranks (a dedicated "
+                   "parameter server does not train).")
+    page.table(scaling_rows(points))
+    png = scaling_plot(points)
+    if png is not None:
+        page.image(f"{slug}-scaling.png", png, f"{recipe}: throughput and efficiency against ranks")
 
 
 def _flat_figures(figures: Mapping[str, Any], limit: int = 6) -> str:

@@ -430,6 +430,11 @@ class DataParallel(Optimizer):
 
     # -- what the wrapped optimizer holds
     @property
+    def base_optimizer(self) -> Any:
+        """The wrapped optimizer (the name every DistributedOptimizer gives it)."""
+        return self.optimizer
+
+    @property
     def comm(self) -> CommunicationNetwork:
         return self.communication
 

@@ -163,34 +163,55 @@ class TernGrad(StochasticCompressor):
 class OneBit(Compressor):
     """1-bit SGD (Seide et al. 2014): one packed sign bit per element; positives are reconstructed as the mean
     of the positives, negatives as the mean of the negatives (two float32 scales), or with
-    ``two_scales=False`` as +/- the mean magnitude (one scale). Biased: use it with
-    :class:`~d5.distributed.compression.ErrorFeedback`, as ``compression_by_name("onebit")`` does."""
+    ``two_scales=False`` as +/- the mean magnitude (one scale). As in the paper, which quantizes each column of a
+    weight matrix on its own, a tensor of two or more dimensions gets its scales per slice along its first axis
+    (an output neuron or channel: whose gradients share a magnitude) when its rows hold at least ``min_row``
+    elements (64: the scales then add at most one bit per element) unless ``per_row=False``; other tensors get
+    one set. Biased: use it with :class:`~d5.distributed.compression.ErrorFeedback`, as
+    ``compression_by_name("onebit")`` does."""
 
-    def __init__(self, two_scales: bool = True):
+    def __init__(self, two_scales: bool = True, per_row: bool = True, min_row: int = 64):
         self.two_scales = bool(two_scales)
+        self.per_row = bool(per_row)
+        if isinstance(min_row, bool) or not isinstance(min_row, numbers.Integral) or min_row < 1:
+            raise DistributedError(f"OneBit(min_row={min_row!r}): the shortest row given its own scales must be an "
+                                   "integer >= 1 (64 by default)")
+        self.min_row = int(min_row)
 
     def _config(self) -> dict[str, Any]:
-        return {"two_scales": self.two_scales}
+        return {"two_scales": self.two_scales, "per_row": self.per_row, "min_row": self.min_row}
+
+    def _rows(self, shape: tuple[int, ...], size: int) -> int:
+        """How many rows get their own scales: the first axis's length, or 1 (the whole tensor)."""
+        if self.per_row and len(shape) >= 2 and shape[0] > 0 and size // shape[0] >= self.min_row:
+            return shape[0]
+        return 1
 
     def compress(self, tensor: np.ndarray, name: str) -> Payload:
         array = _float_tensor(tensor, name, "OneBit")
-        flat = array.reshape(-1)
-        positive = flat >= 0
-        if self.two_scales:
-            count = int(np.count_nonzero(positive))
-            total = float(np.sum(flat, dtype=np.float64))
-            upper = float(np.sum(flat, where=positive, dtype=np.float64))
-            scales = [upper / count if count else 0.0,
-                      (total - upper) / (flat.size - count) if flat.size - count else 0.0]
-        else:
-            scales = [float(np.mean(np.abs(flat), dtype=np.float64)) if flat.size else 0.0]
-        check_finite(sum(scales), name, "OneBit")
-        return Payload({"scales": np.array(scales, dtype=np.float32), "signs": pack_bits(positive, 1)},
+        table = array.reshape(self._rows(array.shape, array.size), -1)
+        positive = table >= 0
+        with np.errstate(invalid="ignore", over="ignore"):  # a NaN/Inf tensor is refused just below, by name
+            scales = self._scales(table, positive)
+        check_finite(float(np.sum(scales)), name, "OneBit")
+        return Payload({"scales": scales.astype(np.float32).reshape(-1), "signs": pack_bits(positive, 1)},
                        array.shape, array.dtype)
+
+    def _scales(self, table: np.ndarray, positive: np.ndarray) -> np.ndarray:
+        """(rows, 2): the mean of each row's positives and of its negatives; (rows, 1): its mean magnitude."""
+        if not self.two_scales:
+            return np.mean(np.abs(table), axis=1, dtype=np.float64)[:, None] if table.size else np.zeros((1, 1))
+        count = np.count_nonzero(positive, axis=1)
+        lower = table.shape[1] - count
+        total = np.sum(table, axis=1, dtype=np.float64)
+        upper = np.sum(table, axis=1, where=positive, dtype=np.float64)
+        return np.stack([np.divide(upper, count, out=np.zeros_like(upper), where=count > 0),
+                         np.divide(total - upper, lower, out=np.zeros_like(upper), where=lower > 0)], axis=1)
 
     def decompress(self, payload: Payload) -> np.ndarray:
         size = int(np.prod(payload.shape))
-        scales = payload.arrays["scales"].astype(payload.dtype)
-        positive, negative = (scales[0], scales[1]) if scales.size == 2 else (scales[0], -scales[0])
-        signs = unpack_bits(payload.arrays["signs"], 1, size).astype(bool)
+        rows = self._rows(payload.shape, size)
+        scales = payload.arrays["scales"].astype(payload.dtype).reshape(rows, -1)
+        positive, negative = (scales[:, :1], scales[:, 1:]) if scales.shape[1] == 2 else (scales, -scales)
+        signs = unpack_bits(payload.arrays["signs"], 1, size).astype(bool).reshape(rows, -1)
         return np.where(signs, positive, negative).astype(payload.dtype).reshape(payload.shape)

@@ -61,6 +61,24 @@ def test_quantizers_are_exact_on_their_own_grid():
                                   [2.0, -2.0, 2.0])
 
 
+def test_onebit_keeps_each_row_s_means_as_1_bit_sgd_quantizes_each_column():
+    # Two rows whose magnitudes differ a thousandfold: one pair of means for the whole tensor would give the small
+    # row the large row's values; per row, each row's positives and negatives come back as their own means.
+    weight = np.array([[1000.0, 3000.0, -2000.0, -4000.0], [1.0, 3.0, -2.0, -4.0]], dtype=np.float32)
+    restored = OneBit(min_row=4).decompress(OneBit(min_row=4).compress(weight, "w"))
+    np.testing.assert_array_equal(restored, [[2000.0, 2000.0, -3000.0, -3000.0], [2.0, 2.0, -3.0, -3.0]])
+    assert OneBit(min_row=4).compress(weight, "w").nbytes == 1 + 2 * 2 * 4  # 8 sign bits, two float32 means a row
+    # rows shorter than min_row (64 by default) share one pair: their scales would cost more than their bits
+    assert OneBit().compress(weight, "w").nbytes == 1 + 2 * 4
+    np.testing.assert_array_equal(OneBit().decompress(OneBit().compress(weight, "w")),
+                                  OneBit(per_row=False).decompress(OneBit(per_row=False).compress(weight, "w")))
+    whole = OneBit(per_row=False).decompress(OneBit(per_row=False).compress(weight, "w"))
+    np.testing.assert_allclose(whole[1], [1001.0, 1001.0, -1501.5, -1501.5])
+    single = OneBit(two_scales=False, min_row=4)
+    np.testing.assert_array_equal(single.decompress(single.compress(weight, "w")),
+                                  [[2500.0, 2500.0, -2500.0, -2500.0], [2.5, 2.5, -2.5, -2.5]])
+
+
 # --- unbiasedness ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("make", [lambda seed: QSGD(8, seed=seed), lambda seed: QSGD(4, seed=seed),
@@ -380,3 +398,9 @@ def test_a_custom_compressor_needs_only_compress_and_decompress():
     results = _SimulatedRanks(2).run(lambda comm: allreduce_compressed(comm, tensor, "t", ErrorFeedback(Halve())))
     np.testing.assert_allclose(results[1].total, 2 * tensor)
     assert repr(ErrorFeedback(Halve())) == "ErrorFeedback(Halve())"
+
+
+@pytest.mark.parametrize("min_row", [0, -3, 2.5, True, "64"])
+def test_onebit_refuses_a_bad_min_row(min_row):
+    with pytest.raises(DistributedError, match="min_row.*integer >= 1"):
+        OneBit(min_row=min_row)

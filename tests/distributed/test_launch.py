@@ -273,3 +273,55 @@ def test_async_ps_reports_staleness_and_counts_only_the_workers(tmp_path):
     assert [entry["trains"] for entry in record["per_rank"]] == [False, True, True]
     assert record["samples"] == 128  # the workers' shards; the server's batches are not trained on
     assert record["staleness"]["updates"] == 4 and "histogram" in record["staleness"]
+
+
+def test_a_native_optimizer_trains_under_allreduce_as_the_reference_scheme_does(tmp_path):
+    """``--framework pytorch --scheme allreduce``: torch's native optimizer inside DataParallel, averaged per step
+    as ConsistentDecentralized averages the reference's -- the same losses and accuracies, epoch by epoch."""
+    pytest.importorskip("torch")
+    arguments = ["--scheme", "allreduce", "--epochs", "2"]
+    run_mpi(TINY, 2, args=[*arguments, "--json", "reference.json"], workdir=tmp_path, timeout=TIMEOUT)
+    done = run_mpi(TINY, 2, args=[*arguments, "--framework", "pytorch", "--json", "torch.json"], workdir=tmp_path,
+                   timeout=TIMEOUT)
+    assert (tmp_path / "torch.json").exists(), done.stdout + done.stderr
+    reference, native = (json.loads((tmp_path / name).read_text())["extra"] for name in ("reference.json",
+                                                                                          "torch.json"))
+    assert native["distributed"]["scheme_class"] == "d5.distributed.data_parallel.DataParallel"
+    assert reference["distributed"]["scheme_class"].endswith("ConsistentDecentralized")
+    assert all(entry["bytes_sent"] > 0 for entry in native["distributed"]["per_rank"])
+    for key in ("train_loss", "test_loss"):
+        assert native["training"][key] == pytest.approx(reference["training"][key], rel=1e-5)
+    assert native["training"]["test_accuracy"] == reference["training"]["test_accuracy"]
+
+
+def test_a_native_optimizer_under_another_scheme_is_refused_saying_what_takes_it(tmp_path):
+    pytest.importorskip("torch")
+    done = run_mpi(TINY, 2, args=["--scheme", "ps", "--framework", "pytorch", "--epochs", "1"], workdir=tmp_path,
+                   timeout=TIMEOUT)
+    lines = error_lines(done.stderr)
+    assert len(lines) == 2 and done.returncode != 0, done.stderr
+    assert all("that framework's native optimizer (--framework pytorch chose it); --scheme allreduce takes it" in line
+               for line in lines)
+
+
+def test_d5_report_shows_the_scaling_of_distributed_runs_against_the_one_rank_run(two_ranks, tmp_path):
+    """A 1-rank and a 2-rank ``--scheme allreduce`` run of the same batch per rank: the report's scaling table
+    completes speedup and efficiency from the 1-rank run (neither was given --baseline) and plots them."""
+    from d5.bench.report import write_report
+
+    directory, _ = two_ranks
+    one = run([sys.executable, TINY, "--scheme", "allreduce", "--epochs", "1", "--json", "one.json"], tmp_path)
+    assert (tmp_path / "one.json").exists(), one.stdout + one.stderr
+    written = write_report([tmp_path / "one.json", directory / "out.json"], tmp_path / "report")
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "### Scaling" in markdown and (tmp_path / "report" / "tiny_mlp_recipe-scaling.png") in written
+    assert (tmp_path / "report" / "tiny_mlp_recipe-scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = [line for line in markdown[markdown.index("### Scaling"):].splitlines() if line.startswith("| allreduce")]
+    assert len(rows) == 2, markdown
+    cells = [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
+    throughput = {int(row[2]): float(row[7]) for row in cells}
+    speedup = {int(row[2]): float(row[8]) for row in cells}
+    efficiency = {int(row[2]): float(row[9]) for row in cells}
+    assert speedup[1] == pytest.approx(1.0)
+    assert speedup[2] == pytest.approx(throughput[2] / throughput[1], rel=2e-3)  # the table rounds to 4 digits
+    assert efficiency[2] == pytest.approx(100 * speedup[2] / 2, rel=2e-3)
