@@ -72,6 +72,10 @@ bench: $(STAMP) data
 	$(PY) benchmarks/harness_overhead.py
 	$(PY) benchmarks/custom_ops.py
 	$(PY) benchmarks/ops.py
+	$(PY) benchmarks/distributed.py
+	$(PY) benchmarks/distributed_ddp.py
+	$(PY) benchmarks/data_parallel_overlap.py
+	$(PY) benchmarks/distributed_schemes.py
 
 clean:
 	rm -rf build *.egg-info d5/_C*.so .pytest_cache

@@ -16,7 +16,6 @@ much as the scheme.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import shutil
@@ -69,6 +68,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per run")
     parser.add_argument("--quick", action="store_true", help="1 epoch on 6,000 samples")
+    parser.add_argument("--reuse", action="store_true", help="tabulate the results already in --runs, run nothing")
     parser.add_argument("--runs", default="results/distributed_schemes", help="directory of the runs' results")
     parser.add_argument("--output", default="results/distributed_schemes.json")
     parser.add_argument("--chart", default="results/distributed_schemes.png")
@@ -82,13 +82,15 @@ def main() -> None:
     from d5.io_utils import atomic_write
 
     directory = REPO / args.runs
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
     grid = list(configurations(args.schemes.split(","), [int(n) for n in args.ranks.split(",")],
                                [int(b) for b in args.batches.split(",")]))
-    print(f"{len(grid)} runs of {RECIPE.name}, {args.epochs} epoch(s){f', subset {args.subset}' if args.subset else ''}")
-    for scheme, ranks, batch in grid:
-        run_one(scheme, ranks, batch, args, directory)
+    if not args.reuse:
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
+        print(f"{len(grid)} runs of {RECIPE.name}, {args.epochs} epoch(s)"
+              f"{f', subset {args.subset}' if args.subset else ''}")
+        for scheme, ranks, batch in grid:
+            run_one(scheme, ranks, batch, args, directory)
     points = scaling_points(load_results([directory]).runs)
     rows = scaling_rows(points)
     print(markdown_table(rows))

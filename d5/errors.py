@@ -74,6 +74,11 @@ class FrameworkNotInstalledError(D5Error, ImportError):
     """A framework d5 was asked to use is not installed."""
 
 
+class FrameworkImportError(D5Error, ImportError):
+    """A framework's package is installed but fails to import (a NumPy ABI clash, a protobuf clash, a missing
+    shared library): the message carries the framework's own error and what to do."""
+
+
 class CheckpointError(D5Error):
     """A checkpoint is corrupt, incomplete, from another network or from an incompatible d5 version."""
 
@@ -88,5 +93,5 @@ __all__ = [
     "D5Error", "GraphError", "SchemaError", "ShapeError", "UnsupportedOperatorError", "OperatorError",
     "InsufficientMemoryError", "OnnxImportError",
     "DatasetError", "CompileError", "DivergenceError", "DistributedError", "RecipeError",
-    "FrameworkNotInstalledError", "InvalidHyperparameterError", "CheckpointError", "OutputPathError",
+    "FrameworkNotInstalledError", "FrameworkImportError", "InvalidHyperparameterError", "CheckpointError", "OutputPathError",
 ]

@@ -338,7 +338,7 @@ def _recipe_section(page: Page, recipe: str, runs: list[RecipeRun], directory: P
 
 def _scaling_section(page: Page, recipe: str, runs: list[RecipeRun], slug: str) -> None:
     """Distributed runs (``--scheme``): seed 000's table -- throughput, speedup, efficiency, accuracy, bytes per
-    rank, staleness -- and throughput and efficiency against the ranks."""
+    rank, staleness -- and throughput, efficiency and accuracy against the ranks."""
     points = scaling_points(runs)
     if not points:
         return
@@ -351,7 +351,7 @@ def _scaling_section(page: Page, recipe: str, runs: list[RecipeRun], slug: str) 
     page.table(scaling_rows(points))
     png = scaling_plot(points)
     if png is not None:
-        page.image(f"{slug}-scaling.png", png, f"{recipe}: throughput and efficiency against ranks")
+        page.image(f"{slug}-scaling.png", png, f"{recipe}: throughput, efficiency and accuracy against ranks")
 
 
 def _flat_figures(figures: Mapping[str, Any], limit: int = 6) -> str:

@@ -6,7 +6,7 @@ asynchronous parameter server, staleness. :func:`scaling_points` groups the runs
 compression, ranks, batch per rank, framework -- and completes speedup and efficiency (equation 2) where a run
 was made without ``--baseline``: against the median throughput of the 1-rank runs of the same batch per rank and
 framework among the results, so a report over a grid of runs needs no baseline flag. :func:`scaling_plot` draws
-throughput and efficiency against the number of ranks, one line per scheme, compression and batch size.
+throughput, efficiency and accuracy against the number of ranks, one line per scheme, compression and batch size.
 
 >>> runs = [RecipeRun(Path(f"{n}.json"), "lenet", {}, 0, True, {"TestAccuracy": {"value": 85.0}},
 ...                   {"framework": "reference", "distributed": {"scheme": "allreduce", "compression": None,
@@ -56,7 +56,8 @@ def scaling_points(runs: Sequence[RecipeRun]) -> list[dict[str, Any]]:
         if ranks == 1:
             one_rank[(batch, framework)] += [run.extra["distributed"].get("throughput") for run in members]
     points = []
-    for key in sorted(groups, key=lambda k: tuple("" if v is None else str(v).zfill(8) for v in k)):
+    # scheme, compression, batch per rank, ranks, framework
+    for key in sorted(groups, key=lambda k: (str(k[0]), str(k[1]), k[4] or 0, k[2], str(k[5]))):
         scheme, compression, ranks, workers, batch, framework = key
         records = [run.extra["distributed"] for run in groups[key]]
         throughput = _median([record.get("throughput") for record in records])
@@ -95,8 +96,8 @@ def scaling_rows(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def scaling_plot(points: Sequence[Mapping[str, Any]]) -> bytes | None:
-    """Throughput and efficiency against the number of ranks, one line per scheme, compression and batch per
-    rank (PNG bytes); None unless some line has two or more rank counts. A 1-rank run -- the same single process
+    """Throughput, efficiency and final test accuracy against the number of ranks, one line per scheme, compression
+    and batch per rank (PNG bytes); None unless some line has two or more rank counts. A 1-rank run -- the same single process
     whatever the scheme -- starts every line of its batch size."""
     from .report_page import _colors, _png
 
@@ -117,8 +118,8 @@ def scaling_plot(points: Sequence[Mapping[str, Any]]) -> bytes | None:
         return None
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(10.0, 4.0), dpi=100)
-    left, right = figure.subplots(1, 2)
+    figure = Figure(figsize=(14.0, 4.0), dpi=100)
+    left, right, accuracy = figure.subplots(1, 3)
     colors = _colors(list(lines))
     markers = {batch: marker for batch, marker in zip(sorted({p["batch_per_rank"] for p in points}, key=str),
                                                       "osD^v<>")}
@@ -128,8 +129,10 @@ def scaling_plot(points: Sequence[Mapping[str, Any]]) -> bytes | None:
         left.plot(ranks, [point["throughput"] or np.nan for point in members], **style)
         right.plot(ranks, [np.nan if point["efficiency"] is None else 100 * point["efficiency"] for point in members],
                    **style)
+        accuracy.plot(ranks, [np.nan if point["accuracy"] is None else point["accuracy"] for point in members], **style)
     every = sorted({point["ranks"] for point in points})
-    for axes, label in ((left, "throughput (samples/s, all training ranks)"), (right, "efficiency (%)")):
+    for axes, label in ((left, "throughput (samples/s, all training ranks)"), (right, "efficiency (%)"),
+                        (accuracy, "final test accuracy (%)")):
         axes.set_xlabel("MPI ranks")
         axes.set_xticks(every)
         axes.set_ylabel(label)
@@ -137,6 +140,7 @@ def scaling_plot(points: Sequence[Mapping[str, Any]]) -> bytes | None:
     right.axhline(100, color="grey", linewidth=0.8, linestyle="--")
     left.set_title("Throughput against ranks", fontsize=10)
     right.set_title("Efficiency = speedup / training ranks", fontsize=10)
+    accuracy.set_title("TestAccuracy after the run", fontsize=10)
     right.legend(fontsize=7)
     figure.tight_layout()
     return _png(figure)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from d5.errors import FrameworkNotInstalledError
+from d5.errors import FrameworkImportError, FrameworkNotInstalledError
 
 #: d5 framework name -> the Python package it needs.
 FRAMEWORKS = {"reference": None, "pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
@@ -42,15 +42,67 @@ def install_hint(name: str) -> str:
     return f"pip install -e '.[{FRAMEWORKS[name]}]' -c constraints.txt"
 
 
+def _numpy_bool_for_mxnet() -> None:
+    """MXNet 1.9.1, its last release, reads ``numpy.bool`` at import and at run time (boolean indexing), which
+    NumPy 1.24 removed and 1.26 -- what TensorFlow 2.21 needs -- does not have (apache/mxnet#21165; the fixes were
+    never released). It was an alias of the builtin ``bool``: restore that alias, only when it is missing."""
+    import numpy
+
+    if "bool" not in vars(numpy):  # not hasattr: NumPy 1.2x's module __getattr__ raises for removed aliases
+        numpy.bool = bool
+
+
+#: What a framework's package needs before it can import, run once just before the import (the one place for it).
+_BEFORE_IMPORT = {"mxnet": _numpy_bool_for_mxnet}
+
+#: Substrings of an import error -> what to do about it.
+_IMPORT_ADVICE = (
+    (("numpy", "multiarray", "_ARRAY_API", "NumPy 1.x", "NumPy 2"),
+     "NumPy does not match what the framework was built against: reinstall the environment in one pip resolve "
+     "with `make install` (pip install -c constraints.txt keeps numpy<2, which MXNet needs)"),
+    (("protobuf", "Descriptors cannot be created", "descriptor"),
+     "the installed protobuf does not match the framework's: reinstall in one resolve with `make install` "
+     "(pip install -c constraints.txt pins what TensorFlow and onnx agree on)"),
+    (("cannot open shared object", "undefined symbol", "GLIBC"),
+     "a shared library the framework needs is missing or of another version: reinstall the framework's wheel "
+     "(`make install`), or install the system library the message names"),
+)
+
+
+def _import_advice(message: str) -> str:
+    for needles, advice in _IMPORT_ADVICE:
+        if any(needle.lower() in message.lower() for needle in needles):
+            return advice
+    return "reinstall the environment in one pip resolve with `make install` (pip install -c constraints.txt)"
+
+
 def require_installed(name: str) -> None:
-    """Raise FrameworkNotInstalledError, naming the extra to install, unless framework ``name``'s package
-    imports. A framework package calls it before importing its framework."""
+    """Import framework ``name``'s package (a framework package calls it before importing its framework).
+
+    Raises FrameworkNotInstalledError, naming the extra to install, when the package is absent, and
+    FrameworkImportError -- the framework's own message and what to do -- when it is installed but fails to import
+    (a NumPy or protobuf clash), never the raw error. MXNet gets its ``numpy.bool`` alias first
+    (:data:`_BEFORE_IMPORT`), so the four frameworks import in one process in any order."""
     package = FRAMEWORKS[name]
+    prepare = _BEFORE_IMPORT.get(name)
+    if prepare is not None:
+        prepare()
     try:
         importlib.import_module(package)
     except ImportError as err:
-        raise FrameworkNotInstalledError(f"the d5 {name} framework needs {package!r}, which is not installed "
-                                         f"({err}); install it with `{install_hint(name)}`") from None
+        if getattr(err, "name", None) == package or str(err).startswith(f"import of {package} halted"):
+            raise FrameworkNotInstalledError(f"the d5 {name} framework needs {package!r}, which is not installed "
+                                             f"({err}); install it with `{install_hint(name)}`") from None
+        raise _import_failure(name, package, err) from err
+    except Exception as err:  # noqa: BLE001 -- whatever a broken install raises, the user gets one d5 error
+        raise _import_failure(name, package, err) from err
+
+
+def _import_failure(name: str, package: str, err: BaseException) -> FrameworkImportError:
+    first = (str(err).strip().splitlines() or [""])[0]
+    message = f"{type(err).__name__}: {first}" if first else type(err).__name__
+    return FrameworkImportError(f"the d5 {name} framework: {package!r} is installed but failed to import ({message}); "
+                                f"{_import_advice(str(err))}")
 
 
 def get(name: str):

@@ -579,7 +579,7 @@ class Trainer:
             if name is None:
                 return None
             self._prediction_output = name
-        if label_node not in batch:
+        if label_node not in batch or name not in outputs:  # a step without the prediction (a server's step)
             return None
         return count_correct(outputs[name], batch[label_node])
 

@@ -266,13 +266,15 @@ def test_d5_launch_refuses_a_missing_hostfile_and_a_missing_recipe(tmp_path):
 
 
 def test_async_ps_reports_staleness_and_counts_only_the_workers(tmp_path):
-    done = d5_launch("-n", 3, TINY, "--scheme", "async-ps", "--epochs", 1, "--json", "async.json", cwd=tmp_path)
+    # Two epochs: from the second on, the Trainer of the server (rank 0, whose steps return only the loss) knows
+    # the prediction output from the first validation and must not look for it in a server's step.
+    done = d5_launch("-n", 3, TINY, "--scheme", "async-ps", "--epochs", 2, "--json", "async.json", cwd=tmp_path)
     assert (tmp_path / "async.json").exists(), done.stdout + done.stderr
     record = json.loads((tmp_path / "async.json").read_text())["extra"]["distributed"]
     assert record["world_size"] == 3 and record["workers"] == 2
     assert [entry["trains"] for entry in record["per_rank"]] == [False, True, True]
-    assert record["samples"] == 128  # the workers' shards; the server's batches are not trained on
-    assert record["staleness"]["updates"] == 4 and "histogram" in record["staleness"]
+    assert record["samples"] == 256  # the workers' shards, twice; the server's batches are not trained on
+    assert record["staleness"]["updates"] == 8 and "histogram" in record["staleness"]
 
 
 def test_a_native_optimizer_trains_under_allreduce_as_the_reference_scheme_does(tmp_path):
