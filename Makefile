@@ -48,6 +48,8 @@ conformance: $(STAMP)
 	$(PY) -m d5.bench.conformance --output results/conformance.json --markdown results/conformance.md
 	$(PY) -m d5.bench.conformance --framework pytorch --output results/conformance-pytorch.json \
 	  --markdown results/conformance-pytorch.md
+	$(PY) -m d5.bench.conformance --framework tensorflow --output results/conformance-tensorflow.json \
+	  --markdown results/conformance-tensorflow.md
 
 # Every public architecture of tests/frameworks/pytorch/public_models.py exported from torch to ONNX and
 # trained through d5 (make test runs a representative few); the table goes to results/public_models.md.

@@ -1,5 +1,5 @@
-"""d5's frameworks against the loop a PyTorch user writes by hand: training and inference steps, as ratios
-measured in the same process and the same run.
+"""d5's frameworks against the loops PyTorch and TensorFlow users write by hand: training and inference steps, as
+ratios measured in the same process and the same run.
 
 Workloads (batch 64, data in memory, the same threads for everyone):
 - ``resnet44_train``: one CIFAR ResNet-44 training step (forward, backward, SGD with momentum 0.9);
@@ -12,7 +12,11 @@ logging loop does; ``module.eval()`` under ``torch.no_grad()`` for inference); `
 ``d5.frameworks.pytorch.from_model`` with ``d5.frameworks.pytorch.MomentumOptimizer`` (``executor.inference``
 for inference); ``d5-pytorch-compiled`` adds ``compile=True`` (torch.compile); ``d5-reference`` is the
 reference framework with ``d5.MomentumOptimizer``, measured last (its OpenMP pool would otherwise share the
-cores with torch's), for the side-by-side images/s table.
+cores with torch's), for the side-by-side images/s table. ``native-tf`` is the loop a TensorFlow user writes (the
+same architecture in Keras layers, channels-last, a ``tf.function`` step with ``GradientTape`` and Keras SGD with
+momentum; ``model(x, training=False)`` in a ``tf.function`` for inference) and ``d5-tensorflow`` is
+``d5.frameworks.tensorflow.from_model`` with its ``MomentumOptimizer``; the two alternate in a process of their own
+(``--frameworks``), with TensorFlow's default threads (one per core, as torch's).
 
 Host memory: building a d5 pytorch executor raises glibc's malloc thresholds once per process
 (``d5.frameworks.allocator``), so the native loop, in the same process, runs with them too and the ratio is
@@ -46,6 +50,8 @@ BATCH = 64
 LR, MOMENTUM = 0.1, 0.9
 #: The issue's targets: d5-pytorch step time / native step time at most this.
 TARGETS = {"resnet44_train": 1.03, "lenet5_train": 1.05, "resnet44_infer": 1.03}
+#: d5-tensorflow step time / the hand-written TensorFlow loop's at most this (issue 20).
+TF_TARGETS = {"resnet44_train": 1.05, "lenet5_train": 1.05, "resnet44_infer": 1.05}
 WORKLOADS = {"resnet44_train": ("resnet44", True), "lenet5_train": ("lenet5", True),
              "resnet44_infer": ("resnet44", False)}
 #: Rounds per workload: LeNet-5's 5 ms steps afford five times ResNet-44's rounds in a fraction of its time, and
@@ -103,6 +109,67 @@ def native_model(name: str):
     return ResNet(44)
 
 
+def native_tf_model(name: str):
+    """The architecture of ``d5.models`` ``name`` as a TensorFlow user writes it: Keras layers, channels-last
+    (TensorFlow's CPU convolutions take NHWC only), BatchNormalization with PyTorch's momentum and epsilon."""
+    import keras
+    import tensorflow as tf
+
+    layers = keras.layers
+    keras.utils.set_random_seed(0)
+    if name == "lenet5":
+        return keras.Sequential([keras.Input((28, 28, 1)), layers.Conv2D(6, 5, padding="same", activation="relu"),
+                                 layers.MaxPooling2D(2), layers.Conv2D(16, 5, activation="relu"),
+                                 layers.MaxPooling2D(2), layers.Flatten(), layers.Dense(120, activation="relu"),
+                                 layers.Dense(84, activation="relu"), layers.Dense(10)])
+
+    def batch_norm():
+        return layers.BatchNormalization(momentum=0.9, epsilon=1e-5)
+
+    def block(x, cin: int, cout: int, stride: int):
+        out = layers.ReLU()(batch_norm()(layers.Conv2D(cout, 3, stride, padding="same", use_bias=False)(x)))
+        out = batch_norm()(layers.Conv2D(cout, 3, 1, padding="same", use_bias=False)(out))
+        if stride != 1 or cout != cin:  # option A: subsample, pad the channels with zeros
+            x = layers.Lambda(lambda t: tf.pad(t[:, ::stride, ::stride, :], [[0, 0], [0, 0], [0, 0], [0, cout - cin]]))(x)
+        return layers.ReLU()(layers.Add()([out, x]))
+
+    inputs = keras.Input((32, 32, 3))
+    x = layers.ReLU()(batch_norm()(layers.Conv2D(16, 3, padding="same", use_bias=False)(inputs)))
+    cin = 16
+    for stage, cout in enumerate((16, 32, 64)):
+        for index in range(7):
+            x = block(x, cin, cout, 2 if stage and not index else 1)
+            cin = cout
+    return keras.Model(inputs, layers.Dense(10)(layers.GlobalAveragePooling2D()(x)))
+
+
+def native_tf_step(name: str, train: bool) -> Callable[[], None]:
+    """The loop a TensorFlow user writes: a ``tf.function`` step with ``GradientTape`` and Keras SGD with momentum
+    (faster per batch than ``model.fit``'s), the loss read each step as a logging loop does; the images in NHWC."""
+    import keras
+    import tensorflow as tf
+
+    model = native_tf_model(name)
+    data = batch(name)
+    x = tf.constant(np.ascontiguousarray(data["input"].transpose(0, 2, 3, 1)))
+    y = tf.constant(data["label"])
+    if not train:
+        infer = tf.function(lambda images: model(images, training=False))
+        return lambda: infer(x).numpy()
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    optimizer = keras.optimizers.SGD(LR, momentum=MOMENTUM)
+
+    @tf.function
+    def step(images, labels):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(images, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return lambda: step(x, y).numpy()
+
+
 def d5_model(name: str) -> d5.Network:
     return d5.models.lenet5(seed=0) if name == "lenet5" else d5.models.resnet(44, seed=0)
 
@@ -149,6 +216,11 @@ def d5_step(framework: str, name: str, train: bool, compile: bool = False) -> Ca
 
         executor = fw.from_model(d5_model(name), compile=compile)
         optimizer = fw.MomentumOptimizer(executor, LR, MOMENTUM) if train else None
+    elif framework == "tensorflow":
+        import d5.frameworks.tensorflow as fw
+
+        executor = fw.from_model(d5_model(name))
+        optimizer = fw.MomentumOptimizer(executor, LR, MOMENTUM) if train else None
     else:
         executor = d5.frameworks.reference.from_model(d5_model(name))
         optimizer = d5.MomentumOptimizer(executor, LR, MOMENTUM) if train else None
@@ -158,20 +230,25 @@ def d5_step(framework: str, name: str, train: bool, compile: bool = False) -> Ca
     return lambda: optimizer.step(data)
 
 
-def count_parameters_equal(name: str) -> bool:
+def count_parameters_equal(name: str, framework: str = "pytorch") -> bool:
     """The native model has exactly the d5 model's trainable parameter count (the same architecture)."""
     network = d5_model(name)
     ours = sum(network.params[p].size for p in network.get_params())
+    if framework == "tensorflow":
+        return ours == sum(int(np.prod(v.shape)) for v in native_tf_model(name).trainable_variables)
     return ours == sum(p.numel() for p in native_model(name).parameters())
 
 
 # ---------------------------------------------------------------------- measurement
 def measure_workload(workload: str, rounds: int, block: int, warmup: int,
-                     compile: bool) -> dict[str, list[list[float]]]:
+                     compile: bool, framework: str = "pytorch") -> dict[str, list[list[float]]]:
     """Per variant, per round, the step times of its block: native against d5 first, then, in rounds of their
     own, d5 against d5 compiled (inductor's kernels bring their own OpenMP threads, which would otherwise share
     the cores with the steps measured after them)."""
     name, train = WORKLOADS[workload]
+    if framework == "tensorflow":  # a process of its own: TensorFlow's and torch's thread pools never overlap
+        steps = {"native-tf": native_tf_step(name, train), "d5-tensorflow": d5_step("tensorflow", name, train)}
+        return alternate(steps, rounds, block, warmup, f"{workload} (tensorflow)")
     steps = {"native": native_step(name, train), "d5-pytorch": d5_step("pytorch", name, train)}
     samples = alternate(steps, rounds, block, warmup, workload)
     if compile:
@@ -195,7 +272,7 @@ def bar_chart(throughput: dict[str, dict[str, float]], path: str) -> None:
 
     workloads = list(throughput)
     variants = sorted({v for row in throughput.values() for v in row}, key=["native", "d5-pytorch",
-                      "d5-pytorch-compiled", "d5-reference"].index)
+                      "d5-pytorch-compiled", "native-tf", "d5-tensorflow", "d5-reference"].index)
     figure = Figure(figsize=(8, 4), dpi=100)
     axes = figure.add_subplot()
     width = 0.8 / len(variants)
@@ -207,7 +284,7 @@ def bar_chart(throughput: dict[str, dict[str, float]], path: str) -> None:
     axes.set_xticklabels(workloads)
     axes.set_yscale("log")
     axes.set_ylabel("images / s (median step, log scale)")
-    axes.set_title(f"d5 frameworks vs a hand-written PyTorch loop, batch {BATCH}")
+    axes.set_title(f"d5 frameworks vs hand-written PyTorch and TensorFlow loops, batch {BATCH}")
     axes.legend(fontsize=8)
     axes.grid(axis="y", alpha=0.3)
     figure.tight_layout()
@@ -215,7 +292,8 @@ def bar_chart(throughput: dict[str, dict[str, float]], path: str) -> None:
         figure.savefig(handle, format="png")
 
 
-def measure_in_fresh_process(workload: str, args: argparse.Namespace) -> dict[str, list[list[float]]]:
+def measure_in_fresh_process(workload: str, args: argparse.Namespace,
+                             framework: str = "pytorch") -> dict[str, list[list[float]]]:
     """:func:`measure_workload` in a new process: what one workload leaves behind (a heap grown by ResNet-44, the
     compiled kernels' threads) must not slow the next one."""
     import json
@@ -224,7 +302,8 @@ def measure_in_fresh_process(workload: str, args: argparse.Namespace) -> dict[st
 
     rounds = args.rounds or ROUNDS[workload]
     command = [sys.executable, __file__, "--worker", workload, "--rounds", str(rounds), "--block",
-               str(args.block), "--warmup", str(args.warmup)] + ([] if args.compile else ["--no-compile"])
+               str(args.block), "--warmup", str(args.warmup), "--worker-framework", framework] + \
+        ([] if args.compile else ["--no-compile"])
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{workload} worker failed:\n{done.stderr[-4000:]}")
@@ -244,13 +323,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="few samples: a smoke run, not a result")
     parser.add_argument("--output", default="results/frameworks.json")
     parser.add_argument("--chart", default="results/frameworks.png")
+    parser.add_argument("--frameworks", nargs="+", default=[f for f in ("pytorch", "tensorflow")
+                                                                if f in d5.frameworks.available()],
+                        choices=["pytorch", "tensorflow"], help="whose hand-written loops to compare d5 with")
     parser.add_argument("--worker", choices=list(WORKLOADS), help=argparse.SUPPRESS)
+    parser.add_argument("--worker-framework", default="pytorch", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:  # one workload, in this (fresh) process; prints its samples as one JSON line
         import json
 
         torch.manual_seed(0)
-        print(json.dumps(measure_workload(args.worker, args.rounds, args.block, args.warmup, args.compile)))
+        print(json.dumps(measure_workload(args.worker, args.rounds, args.block, args.warmup, args.compile,
+                                          args.worker_framework)))
         return 0
     if args.quick:
         args.rounds, args.block, args.warmup, args.reference_steps = 3, 3, 3, 2
@@ -261,11 +345,17 @@ def main(argv: list[str] | None = None) -> int:
         name, train = WORKLOADS[workload]
         if not count_parameters_equal(name):
             raise SystemExit(f"{workload}: the native model is not the d5 model's architecture")
+        figures[workload], throughput[workload], all_samples[workload] = {}, {}, {}
+        if "tensorflow" in args.frameworks:
+            measure_tensorflow(workload, args, figures[workload], throughput[workload], all_samples[workload])
+        if "pytorch" not in args.frameworks:
+            continue
         per_round = measure_in_fresh_process(workload, args)
         samples = {variant: flat(blocks) for variant, blocks in per_round.items() if "rounds" not in variant}
-        all_samples[workload] = samples
+        all_samples[workload].update(samples)
         paired = paired_ratio(per_round["d5-pytorch"], per_round["native"])
-        row = {"native_step_s": summarize(samples["native"]), "d5_pytorch_step_s": summarize(samples["d5-pytorch"]),
+        row = figures[workload]
+        row |= {"native_step_s": summarize(samples["native"]), "d5_pytorch_step_s": summarize(samples["d5-pytorch"]),
                "ratio_d5_pytorch_over_native": paired,
                "unpaired_ratio_d5_pytorch_over_native": compare(samples["d5-pytorch"], samples["native"]),
                "target_at_most": TARGETS[workload], "met": bool(paired.median <= TARGETS[workload])}
@@ -273,15 +363,14 @@ def main(argv: list[str] | None = None) -> int:
             compiled = paired_ratio(per_round["d5-pytorch-compiled"], per_round["d5-pytorch (compile rounds)"])
             row["ratio_compiled_over_d5_pytorch"] = compiled
             row["compile_helped"] = bool(compiled.ci_high < 1.0)
-        figures[workload] = row
-        throughput[workload] = {v: images_per_second(s) for v, s in samples.items()}
+        throughput[workload].update({v: images_per_second(s) for v, s in samples.items()})
         print(f"{workload}: d5-pytorch / native = {paired.median:.3f} [{paired.ci_low:.3f}, {paired.ci_high:.3f}] "
               f"(paired over {len(per_round['native'])} rounds; unpaired {row['unpaired_ratio_d5_pytorch_over_native']}) "
               f"target <= {TARGETS[workload]}", flush=True)
         if "ratio_compiled_over_d5_pytorch" in row:
             c = row["ratio_compiled_over_d5_pytorch"]
             print(f"{workload}: compiled / d5-pytorch = {c.median:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]", flush=True)
-    if args.reference_steps:
+    if args.reference_steps and "pytorch" in args.frameworks:
         for workload in args.workloads:  # last: the reference's OpenMP threads must not overlap torch's
             name, train = WORKLOADS[workload]
             step = d5_step("reference", name, train)
@@ -303,7 +392,29 @@ def main(argv: list[str] | None = None) -> int:
 
     print(markdown_table([{"workload": w, **{k: f"{v:.1f}" for k, v in row.items()}} for w, row in throughput.items()]))
     print(f"wrote {path} and {args.chart}")
-    return 0 if all(figures[w]["met"] for w in args.workloads) else 1
+    return 0 if all(figures[w].get("met", True) and figures[w].get("met_tensorflow", True)
+                    for w in args.workloads) else 1
+
+
+def measure_tensorflow(workload: str, args: argparse.Namespace, row: dict, throughput: dict, samples: dict) -> None:
+    """d5's TensorFlow framework against the hand-written TensorFlow loop, in a process of their own."""
+    name, _ = WORKLOADS[workload]
+    if not count_parameters_equal(name, "tensorflow"):
+        raise SystemExit(f"{workload}: the Keras model is not the d5 model's architecture")
+    per_round = measure_in_fresh_process(workload, args, "tensorflow")
+    flat_samples = {variant: flat(blocks) for variant, blocks in per_round.items()}
+    samples.update(flat_samples)
+    paired = paired_ratio(per_round["d5-tensorflow"], per_round["native-tf"])
+    row.update({"native_tf_step_s": summarize(flat_samples["native-tf"]),
+                "d5_tensorflow_step_s": summarize(flat_samples["d5-tensorflow"]),
+                "ratio_d5_tensorflow_over_native_tf": paired,
+                "unpaired_ratio_d5_tensorflow_over_native_tf": compare(flat_samples["d5-tensorflow"],
+                                                                       flat_samples["native-tf"]),
+                "target_tensorflow_at_most": TF_TARGETS[workload],
+                "met_tensorflow": bool(paired.median <= TF_TARGETS[workload])})
+    throughput.update({v: images_per_second(s) for v, s in flat_samples.items()})
+    print(f"{workload}: d5-tensorflow / native-tf = {paired.median:.3f} [{paired.ci_low:.3f}, {paired.ci_high:.3f}] "
+          f"(paired over {len(per_round['native-tf'])} rounds) target <= {TF_TARGETS[workload]}", flush=True)
 
 
 if __name__ == "__main__":

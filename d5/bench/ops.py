@@ -18,6 +18,8 @@ SGEMM peak and the measured bandwidth's slope).
 """
 from __future__ import annotations
 
+import warnings
+
 import argparse
 import dataclasses
 import os
@@ -242,11 +244,19 @@ class OtherProcessesCPU:
 def _pin_threads(threads: int, runtimes: dict) -> Callable[[], None]:
     """Give every framework of ``runtimes`` (name -> ``runtime.py``) ``threads`` threads (the reference's
     budget covers every BLAS pool too); returns the undo, which restores them in reverse order."""
-    previous = [(runtime, runtime.set_num_threads(threads)) for runtime in runtimes.values()]
+    previous = []
+    for name, runtime in runtimes.items():
+        try:
+            previous.append((runtime, runtime.set_num_threads(threads)))
+        except D5Error as err:  # a framework whose pools are fixed once it has run (TensorFlow): say so, go on
+            warnings.warn(f"d5 bench ops: {name} keeps its own thread count ({err})", RuntimeWarning, stacklevel=2)
 
     def restore() -> None:
         for runtime, count in reversed(previous):
-            runtime.set_num_threads(count)
+            try:
+                runtime.set_num_threads(count)
+            except D5Error as err:  # fixed since (TensorFlow, once it ran): it keeps the benchmark's count
+                warnings.warn(f"d5 bench ops: {err}", RuntimeWarning, stacklevel=2)
     return restore
 
 

@@ -14,8 +14,12 @@ framework packages asks the registry for what it needs of a framework -- :func:`
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import os
+import sys
+import tempfile
 
 from d5.errors import FrameworkImportError, FrameworkNotInstalledError
 
@@ -52,8 +56,49 @@ def _numpy_bool_for_mxnet() -> None:
         numpy.bool = bool
 
 
+def _quiet_tensorflow() -> None:
+    """TensorFlow's C++ runtime logs informational lines (CPU features): filter its INFO level unless the user
+    chose a level."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+
 #: What a framework's package needs before it can import, run once just before the import (the one place for it).
-_BEFORE_IMPORT = {"mxnet": _numpy_bool_for_mxnet}
+_BEFORE_IMPORT = {"mxnet": _numpy_bool_for_mxnet, "tensorflow": _quiet_tensorflow}
+
+#: Lines a framework's native libraries write to the process's stderr while importing, whatever the log level
+#: (TensorFlow 2.21 logs its oneDNN notice before absl's logging is initialized): dropped; any other line the
+#: import writes is passed on.
+_IMPORT_NOISE = {"tensorflow": ("All log messages before absl::InitializeLog", "oneDNN custom operations are on",
+                                "cpu_feature_guard", "To enable the following instructions",
+                                "rebuild TensorFlow with the appropriate compiler flags")}
+
+
+@contextlib.contextmanager
+def _filtered_stderr(noise: tuple[str, ...]):
+    """Capture file descriptor 2 (where native libraries write) for the block, then write back every line but
+    those containing one of ``noise``."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no real stderr to capture: leave it alone
+        yield
+        return
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            lines = capture.read().decode(errors="replace").splitlines(keepends=True)
+            kept = "".join(line for line in lines if not any(pattern in line for pattern in noise))
+            if kept:
+                sys.stderr.write(kept)
 
 #: Substrings of an import error -> what to do about it.
 _IMPORT_ADVICE = (
@@ -88,7 +133,8 @@ def require_installed(name: str) -> None:
     if prepare is not None:
         prepare()
     try:
-        importlib.import_module(package)
+        with _filtered_stderr(_IMPORT_NOISE[name]) if name in _IMPORT_NOISE else contextlib.nullcontext():
+            importlib.import_module(package)
     except ImportError as err:
         if getattr(err, "name", None) == package or str(err).startswith(f"import of {package} halted"):
             raise FrameworkNotInstalledError(f"the d5 {name} framework needs {package!r}, which is not installed "

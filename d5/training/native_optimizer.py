@@ -172,8 +172,11 @@ class NativeOptimizer(Optimizer):
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.hyperparameters().items())})"
 
     # -- the step
-    def step(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        check_batch(inputs, f"{type(self).__name__}.step")  # a refused batch changes nothing
+    def begin_step(self, inputs: Mapping[str, np.ndarray]) -> None:
+        """What a step does before the pass: check the batch (a refused batch changes nothing), count the step and
+        set this step's scheduled ``lr``. A framework that overrides :meth:`step` (to fuse the pass and the update)
+        calls it first, then :meth:`finish_step` with the outputs."""
+        check_batch(inputs, f"{type(self).__name__}.step")
         spec = self._spec
         if self._rate.schedule is None:
             # What new_input() does that matters here, the reference's step count, without its per-piece calls
@@ -182,6 +185,9 @@ class NativeOptimizer(Optimizer):
         else:
             spec.new_input()  # the step count, and the schedule's lr for this step
             self.push_hyperparameters({"lr": spec.lr})
+
+    def step(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.begin_step(inputs)
         outputs = self.executor.inference_and_backprop(inputs, self.loss)
         self.finish_step(outputs)  # raises on a NaN loss before any parameter changes
         hook = self.gradient_hook

@@ -33,7 +33,13 @@ CONFIGS = {
     "reference-momentum-big": ("reference", "MomentumOptimizer", MOMENTUM, {"overlap": False}),
     "reference-clipped": ("reference", "MomentumOptimizer", {**MOMENTUM, "clip_norm": 0.05}, {"bucket_mb": TINY}),
     "pytorch-fp16": ("pytorch", "MomentumOptimizer", MOMENTUM, {"bucket_mb": TINY, "compression": "fp16"}),
+    "tensorflow-momentum-tiny": ("tensorflow", "MomentumOptimizer", MOMENTUM, {"bucket_mb": TINY}),
+    "tensorflow-adam-big": ("tensorflow", "AdamOptimizer", {"lr": 0.01}, {}),
+    "tensorflow-clipped": ("tensorflow", "MomentumOptimizer", {**MOMENTUM, "clip_norm": 0.05}, {"bucket_mb": TINY}),
 }
+CONFIGS = {name: config for name, config in CONFIGS.items() if config[0] in d5.frameworks.available()}
+#: The frameworks the configurations train (those installed here).
+FRAMEWORKS = sorted({framework for framework, *_ in CONFIGS.values()})
 
 
 def optimizer_of(framework: str, name: str, executor, hyperparameters: dict) -> object:
@@ -89,7 +95,7 @@ def main() -> None:
                       "gradient_hook": repr(native.gradient_hook), "collectives_alone": comm.stats()["calls"] - calls}
 
     # A model that differs between the ranks: refused on every rank, naming the tensor.
-    for framework in ("pytorch", "reference"):
+    for framework in FRAMEWORKS:
         executor = d5.frameworks.get(framework).from_model(network(hidden=5 if comm.rank == 0 else 7))
         try:
             DataParallel(optimizer_of(framework, "MomentumOptimizer", executor, MOMENTUM), comm).step(batches[0])

@@ -106,6 +106,9 @@ def test_the_hooks_start_the_buckets_during_backward_only_with_overlap(job):
         assert stats["pytorch-momentum-overlap-big"]["early_buckets"] == steps
         for config in ("pytorch-momentum-serial-tiny", "pytorch-adam-serial-big", "reference-momentum-tiny"):
             assert stats[config]["early_buckets"] == 0, config
+        for config, (framework, *_) in worker.CONFIGS.items():
+            if framework == "tensorflow":  # no per-parameter hooks: overlap is off, whatever was asked
+                assert stats[config]["early_buckets"] == 0 and not stats[config]["overlap"], config
         assert all(stats[config]["steps"] == steps for config in worker.CONFIGS)
 
 
@@ -124,7 +127,7 @@ def test_a_model_that_differs_between_the_ranks_is_refused_on_every_rank(job):
     ranks, facts, _ = job
     for rank in range(ranks):
         shape = "(5, 6)" if rank == 0 else "(7, 6)"
-        for framework in ("pytorch", "reference"):
+        for framework in worker.FRAMEWORKS:
             message = facts[rank][f"mismatch-{framework}"]
             assert message is not None and "do not hold the same parameters" in message, (rank, message)
             assert f"here on rank {rank}: 'parameter fc2.weight:{shape}:float64'" in message, message
@@ -195,9 +198,9 @@ def test_the_layout_is_reverse_order_buckets_of_at_most_bucket_mb():
         BucketLayout(["i"], [(3,)], ["int64"])
 
 
-@pytest.mark.parametrize("framework", ["reference", "pytorch"])
+@pytest.mark.parametrize("framework", ["reference", "pytorch", "tensorflow"])
 def test_on_one_rank_the_wrapper_steps_like_the_optimizer(framework):
-    fw = pytest.importorskip("d5.frameworks.pytorch") if framework == "pytorch" else reference
+    fw = reference if framework == "reference" else pytest.importorskip(f"d5.frameworks.{framework}")
     plain, wrapped = fw.from_model(worker.network()), fw.from_model(worker.network())
     alone = fw.AdamOptimizer(plain, lr=0.01)
     optimizer = DataParallel(fw.AdamOptimizer(wrapped, lr=0.01), OneRank(), bucket_mb=1e-4)
@@ -211,14 +214,15 @@ def test_on_one_rank_the_wrapper_steps_like_the_optimizer(framework):
     optimizer.close()
 
 
-@pytest.mark.parametrize("case", ["reference", "pytorch", "pytorch-copy-back"])
+@pytest.mark.parametrize("case", ["reference", "pytorch", "pytorch-copy-back", "tensorflow"])
 def test_the_averages_are_the_gradients_the_update_reads(case, monkeypatch):
-    """Through every way the averages reach the optimizer: fed back (reference), param.grad as a view of its
-    bucket (PyTorch on the CPU), copied back into param.grad (PyTorch off the CPU, simulated here)."""
+    """Through every way the averages reach the optimizer: fed back (reference; TensorFlow, as the pass's gradient
+    tensors), param.grad as a view of its bucket (PyTorch on the CPU), copied back into param.grad (PyTorch off the
+    CPU, simulated here)."""
     if case == "reference":
         fw = reference
     else:
-        fw = pytest.importorskip("d5.frameworks.pytorch")
+        fw = pytest.importorskip(f"d5.frameworks.{case.removesuffix('-copy-back')}")
     if case == "pytorch-copy-back":
         from d5.frameworks.pytorch import distributed
 
@@ -258,11 +262,12 @@ def test_the_wrapper_is_an_optimizer_with_the_optimizers_hyperparameters():
         optimizer.step(BATCH)
 
 
-def test_the_native_hook_is_set_while_wrapped_and_refuses_a_step_around_the_wrapper():
-    pytorch = pytest.importorskip("d5.frameworks.pytorch")
-    executor = pytorch.from_model(worker.network())
-    native = pytorch.MomentumOptimizer(executor, lr=0.1)
-    params = executor.network.trainable()[1]
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_the_native_hook_is_set_while_wrapped_and_refuses_a_step_around_the_wrapper(framework):
+    fw = pytest.importorskip(f"d5.frameworks.{framework}")
+    executor = fw.from_model(worker.network())
+    native = fw.MomentumOptimizer(executor, lr=0.1)
+    params = executor.network.trainable()[1] if framework == "pytorch" else []  # TensorFlow has no hooks to count
     assert type(native).gradient_hook is None and "gradient_hook" not in vars(native)
     optimizer = DataParallel(native, OneRank())
     assert native.gradient_hook is not None

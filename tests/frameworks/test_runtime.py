@@ -41,7 +41,18 @@ def test_gpu_count_is_a_count(runtime):
     assert isinstance(count, int) and count >= 0
 
 
-def test_set_num_threads_returns_the_previous_count_and_round_trips(runtime):
+#: Framework -> why its set_num_threads cannot round-trip (a documented limitation of the framework).
+THREADS_FIXED = {
+    "d5.frameworks.tensorflow.runtime": "TensorFlow fixes its thread pools at its first operation: "
+    "tf.config.threading.set_intra_op_parallelism_threads raises RuntimeError afterwards "
+    "(https://www.tensorflow.org/api_docs/python/tf/config/threading/set_intra_op_parallelism_threads)",
+}
+
+
+def test_set_num_threads_returns_the_previous_count_and_round_trips(runtime, request):
+    if runtime.__name__ in THREADS_FIXED:  # passes only while the framework has run no operation in this process
+        request.applymarker(pytest.mark.xfail(raises=d5.errors.D5Error, strict=False,
+                                              reason=THREADS_FIXED[runtime.__name__]))
     original = runtime.set_num_threads(1)
     try:
         assert isinstance(original, int) and original >= 1

@@ -136,6 +136,21 @@ def test_the_define_is_the_power(ipowop):
     np.testing.assert_array_equal(ipowop.forward([x]), x ** 3)
 
 
+def call_bridge(framework, op, *arrays):
+    """``framework.custom_op(op)`` called as that framework's own code calls it: on its tensors (NumPy for the
+    reference, whose custom_op is the operator itself)."""
+    bridge = framework.custom_op(op)
+    if framework.NAME == "pytorch":
+        import torch
+
+        return bridge(*[torch.from_numpy(a) for a in arrays])
+    if framework.NAME == "tensorflow":
+        import tensorflow as tf
+
+        return bridge(*[tf.constant(a) for a in arrays])
+    return bridge.forward(list(arrays))
+
+
 def test_ipowop_runs_in_every_framework_with_autograd(ipowop, framework):
     x = np.random.default_rng(2).uniform(-1, 1, (5, 3)).astype(np.float32)
     if framework.NAME == "pytorch":
@@ -148,6 +163,15 @@ def test_ipowop_runs_in_every_framework_with_autograd(ipowop, framework):
         np.testing.assert_allclose(y.detach().numpy(), x ** 3, rtol=1e-6)
         np.testing.assert_allclose(t.grad.numpy(), 6 * x ** 2, rtol=1e-6)
         assert torch.autograd.gradcheck(module, (torch.rand(6, dtype=torch.float64, requires_grad=True),))
+    elif framework.NAME == "tensorflow":
+        import tensorflow as tf
+
+        t = tf.Variable(x)
+        with tf.GradientTape() as tape:
+            y = framework.custom_op(ipowop)(t)
+            total = tf.reduce_sum(y * 2)
+        np.testing.assert_allclose(y.numpy(), x ** 3, rtol=1e-6)
+        np.testing.assert_allclose(tape.gradient(total, t).numpy(), 6 * x ** 2, rtol=1e-6)
     else:
         assert framework.custom_op(ipowop) is ipowop
     assert "cpp" in framework.CAPABILITIES.custom_ops
@@ -303,24 +327,14 @@ def test_a_shape_function_disagreeing_with_the_code_is_caught(framework):
                         output_shapes=lambda shapes, attrs: [(shapes[0][0] - 2,)])
     x = np.ones(6, np.float32)
     with pytest.raises(ShapeError, match=r"forward\(\) wrote past the end of output 0"):
-        if framework.NAME == "pytorch":
-            import torch
-
-            framework.custom_op(op)(torch.from_numpy(x))
-        else:
-            framework.custom_op(op).forward([x])
+        call_bridge(framework, op, x)
 
 
 def test_a_cpp_exception_becomes_a_d5_error_in_every_framework(framework):
     op = faulty(THROW_IN_FORWARD=1)
     x = -np.ones(3, np.float32)
     with pytest.raises(OperatorError, match="faulty .*threw: faulty: negative input"):
-        if framework.NAME == "pytorch":
-            import torch
-
-            framework.custom_op(op)(torch.from_numpy(x))
-        else:
-            framework.custom_op(op).forward([x])
+        call_bridge(framework, op, x)
     np.testing.assert_array_equal(op.forward([-x]), -x)  # the process and the operator are fine
 
 
@@ -369,9 +383,4 @@ def test_mixed_input_dtypes_are_refused_alike_in_every_framework(framework):
     op = compile_cpp_op(AFFINE, "affine")
     x, w = np.ones((2, 3), np.float32), np.ones((3, 2), np.float64)
     with pytest.raises(OperatorError, match="same dtype.*float32.*float64"):
-        if framework.NAME == "pytorch":
-            import torch
-
-            framework.custom_op(op)(torch.from_numpy(x), torch.from_numpy(w))
-        else:
-            framework.custom_op(op).forward([x, w])
+        call_bridge(framework, op, x, w)

@@ -1,0 +1,307 @@
+"""Normalizations as native TensorFlow operations: BatchNormalization (batch statistics in training passes, the
+running statistics assigned to the ``tf.Variable`` inputs), InstanceNormalization, LayerNormalization,
+GroupNormalization (opset 18's per-group and opset 21's per-channel scale/bias), and RMSNormalization,
+LpNormalization, LRN, MeanVarianceNormalization.
+
+BatchNormalization, InstanceNormalization and GroupNormalization also compute channels-last
+(:meth:`channels_last`, the channel the last axis), so the executor keeps a CNN's activations channels-last
+through them. Statistics are computed in float32 (float64 when an input is float64), as the reference's.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from d5.errors import ShapeError
+from d5.frameworks.tensorflow.operators import TFOp, register
+from d5.frameworks.tensorflow.tensors import from_channels_last, to_channels_last
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.onnx_semantics import normalize_axis
+
+_STASH_FLOAT64 = 11  # stash_type values: TensorProto float types; 11 (float64) widens the statistics
+# The dtype of LayerNormalization's Mean and InvStdDev outputs per stash_type (bfloat16's as the reference: float32).
+_STASH_DTYPES = {1: tf.float32, 10: tf.float16, 11: tf.float64, 16: tf.float32}
+
+
+def _compute_dtype(*tensors) -> tf.DType:
+    """float64 when any input is float64, else float32 (narrow floats are cast back afterwards)."""
+    return tf.float64 if any(t is not None and t.dtype == tf.float64 for t in tensors) else tf.float32
+
+
+def _cast(dtype: tf.DType, *tensors):
+    return tuple(None if t is None else tf.cast(t, dtype) for t in tensors)
+
+
+def _require_broadcastable(op_name: str, value, what: str, shape) -> None:
+    # A scale or bias must broadcast to X without changing X's shape.
+    try:
+        fits = np.broadcast_shapes(tuple(value.shape.as_list()), tuple(shape)) == tuple(shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ShapeError(f"{op_name}: {what} of shape {tuple(value.shape)} does not broadcast to the input's shape "
+                         f"{tuple(shape)}")
+
+
+class _ChannelsLastNormalization(TFOp):
+    """A normalization over (N, C, ...) whose :meth:`channels_last` takes X channels-last; ``__call__`` transposes
+    X (rank 3 and more) around it."""
+
+    channels_last_inputs = (0,)
+    channels_last_ranks = (3, 4, 5)
+    channels_last_outputs = (0,)
+
+    def __call__(self, x, *rest):
+        if x.shape.rank is None or x.shape.rank <= 2:  # (N, C): already channels-last
+            return self.channels_last(x, *rest)
+        outputs = self.channels_last(to_channels_last(x), *rest)
+        if isinstance(outputs, tuple):
+            return (from_channels_last(outputs[0]), *outputs[1:])
+        return from_channels_last(outputs)
+
+    def _checked(self, x, *rest) -> None:
+        """:meth:`_check` of channels-last X (the executor's inputs, unchecked otherwise), X's shape given back in
+        ONNX layout for the messages."""
+        shape = x.shape.as_list() if x.shape.rank is not None else []
+        self._check(tuple(shape[:1] + shape[-1:] + shape[1:-1]) if len(shape) > 2 else tuple(shape), *rest)
+
+    def _check(self, shape, *rest) -> None:
+        """Raise the reference's ShapeError for inputs of these shapes (X's in ONNX layout)."""
+
+
+@register("BatchNormalization")
+class BatchNormalization(_ChannelsLastNormalization):
+    """ONNX BatchNormalization over (N, C, ...).
+
+    With batch statistics (a training pass, or ``training_mode=1``): normalize by the batch mean and biased
+    (population) variance over every axis but C, and update the running statistics ``running = momentum * running
+    + (1 - momentum) * batch`` (ONNX's momentum; TensorFlow's fused kernel would give the Bessel-corrected
+    variance), assigned to the ``input_mean`` and ``input_var`` inputs where they are ``tf.Variable`` s (the
+    executor's live buffers), as the reference's state_updates. Returns Y when the node has one output (or the
+    count is unknown), else ``(Y, running_mean, running_var)``. Otherwise normalize by the given statistics.
+    The statistics outputs are per-channel vectors, so only Y is channels-last.
+    """
+
+    def __init__(self, **attributes) -> None:
+        adopt(self, operator_attributes("BatchNormalization", attributes))
+
+    def _check(self, shape, scale, bias, mean, var) -> None:
+        if len(shape) < 2:
+            raise ShapeError(f"BatchNormalization: X must be (N, C, ...), got shape {shape}")
+        for name, value in zip(("scale", "B", "input_mean", "input_var"), (scale, bias, mean, var)):
+            if tuple(value.shape.as_list()) != (shape[1],):
+                raise ShapeError(f"BatchNormalization: input {name!r} must have shape ({shape[1]},) (one value per "
+                                 f"channel of X {shape}), got {tuple(value.shape)}")
+
+    def channels_last(self, x, scale, bias, mean, var):
+        self._checked(x, scale, bias, mean, var)
+        compute = _compute_dtype(x, scale, bias, mean, var)
+        xc, s, b = _cast(compute, x, scale, bias)
+        if not (self.training or self.training_mode):
+            m, v = _cast(compute, mean, var)
+            inv = tf.math.rsqrt(v + self.epsilon) * s  # folded: two passes over X
+            return tf.cast(xc * inv + (b - m * inv), x.dtype)
+        batch_mean, batch_var = tf.nn.moments(xc, axes=list(range(x.shape.rank - 1)))
+        y = tf.cast((xc - batch_mean) * (tf.math.rsqrt(batch_var + self.epsilon) * s) + b, x.dtype)
+        new_mean = self.momentum * mean + (1.0 - self.momentum) * tf.cast(batch_mean, mean.dtype)
+        new_var = self.momentum * var + (1.0 - self.momentum) * tf.cast(batch_var, var.dtype)
+        for state, value in ((mean, new_mean), (var, new_var)):
+            if isinstance(state, tf.Variable):
+                state.assign(tf.stop_gradient(value))
+        if self.node_output_count is not None and self.node_output_count > 1:
+            return y, new_mean, new_var
+        return y
+
+
+@register("InstanceNormalization")
+class InstanceNormalization(_ChannelsLastNormalization):
+    """``Y = scale * (X - mean) / sqrt(var + epsilon) + B`` with statistics per image and channel of (N, C, ...)."""
+
+    def __init__(self, **attributes) -> None:
+        adopt(self, operator_attributes("InstanceNormalization", attributes))
+
+    def _check(self, shape, scale, bias) -> None:
+        shapes = tuple(scale.shape.as_list()), tuple(bias.shape.as_list())
+        if len(shape) < 3 or shapes != ((shape[1],), (shape[1],)):
+            raise ShapeError(f"InstanceNormalization: X must be (N, C, D1, ...) and scale, B of shape (C,); got X "
+                             f"{shape}, scale {shapes[0]}, B {shapes[1]}")
+
+    def channels_last(self, x, scale, bias):
+        self._checked(x, scale, bias)
+        compute = _compute_dtype(x, scale, bias)
+        xc, s, b = _cast(compute, x, scale, bias)
+        mean, var = tf.nn.moments(xc, axes=list(range(1, x.shape.rank - 1)), keepdims=True)
+        return tf.cast((xc - mean) * (tf.math.rsqrt(var + self.epsilon) * s) + b, x.dtype)
+
+
+@register("LayerNormalization")
+class LayerNormalization(TFOp):
+    """Normalize over axes ``axis..rank-1``; returns ``(Y, Mean, InvStdDev)`` when the node names more than one
+    output (the statistics keep the normalized axes as size 1, in the ``stash_type`` dtype), else Y. Statistics
+    are computed in float32 (float64 for a float64 input or ``stash_type=11``), as the reference's."""
+
+    def __init__(self, **attributes) -> None:
+        adopt(self, operator_attributes("LayerNormalization", attributes))
+
+    def __call__(self, x, scale, bias=None):
+        rank = x.shape.rank
+        if not -rank <= self.axis < rank:
+            raise ShapeError(f"LayerNormalization: axis={self.axis} is out of range for X of rank {rank}")
+        for value, what in ((scale, "Scale"), (bias, "B")):
+            if value is not None:
+                _require_broadcastable("LayerNormalization", value, what, x.shape.as_list())
+        compute = tf.float64 if self.stash_type == _STASH_FLOAT64 else _compute_dtype(x, scale, bias)
+        xc, s, b = _cast(compute, x, scale, bias)
+        axes = list(range(self.axis % rank, rank))
+        mean = tf.reduce_mean(xc, axis=axes, keepdims=True)
+        centered = xc - mean
+        inv_std = tf.math.rsqrt(tf.reduce_mean(centered * centered, axis=axes, keepdims=True) + self.epsilon)
+        y = centered * inv_std * s
+        if b is not None:
+            y = y + b
+        y = tf.cast(y, x.dtype)
+        if self.node_output_count is not None and self.node_output_count > 1:
+            stash = tf.float64 if compute == tf.float64 else _STASH_DTYPES[self.stash_type]
+            return y, tf.cast(mean, stash), tf.cast(inv_std, stash)
+        return y
+
+
+@register("GroupNormalization", since=21)
+class GroupNormalization(_ChannelsLastNormalization):
+    """Statistics per instance and group of ``C / num_groups`` consecutive channels; scale and bias per channel
+    (C,) or, as opset 18, per group (told apart by their shape, as the reference)."""
+
+    def __init__(self, **attributes) -> None:
+        adopt(self, operator_attributes("GroupNormalization", attributes))
+
+    def _check(self, shape, scale, bias) -> None:
+        if len(shape) < 2 or shape[1] % self.num_groups:
+            raise ShapeError(f"GroupNormalization: X must be (N, C, ...) with C divisible by num_groups="
+                             f"{self.num_groups}, got shape {shape}")
+        channels = shape[1]
+        shapes = tuple(scale.shape.as_list()), tuple(bias.shape.as_list())
+        if shapes[0] != shapes[1] or shapes[0] not in ((channels,), (self.num_groups,)):
+            raise ShapeError(f"GroupNormalization: scale and bias must both have shape ({channels},) (per channel, "
+                             f"opset 21) or ({self.num_groups},) (per group, opset 18); got {shapes[0]} and "
+                             f"{shapes[1]}")
+
+    def channels_last(self, x, scale, bias):
+        self._checked(x, scale, bias)
+        shape = x.shape.as_list()
+        channels = shape[-1]
+        compute = tf.float64 if self.stash_type == _STASH_FLOAT64 else _compute_dtype(x, scale, bias)
+        xc, s, b = _cast(compute, x, scale, bias)
+        if s.shape[0] != channels:  # per group: each group's value for its channels
+            repeat = channels // self.num_groups
+            s, b = tf.repeat(s, repeat), tf.repeat(b, repeat)
+        # (N, spatial..., C) -> (N, S, groups, C / groups): the statistics over S and each group's channels
+        grouped = tf.reshape(xc, [-1, int(np.prod(shape[1:-1], dtype=np.int64)), self.num_groups,
+                                  channels // self.num_groups])
+        mean, var = tf.nn.moments(grouped, axes=[1, 3], keepdims=True)
+        normalized = tf.reshape((grouped - mean) * tf.math.rsqrt(var + self.epsilon),
+                                tf.shape(xc) if None in shape else shape)
+        return tf.cast(normalized * s + b, x.dtype)
+
+
+@register("GroupNormalization", since=18)
+class GroupNormalization18(GroupNormalization):
+    """GroupNormalization of opsets 18-20: ``scale`` and ``bias`` per group, shape (num_groups,); per-channel
+    (C,) parameters are refused, as the reference, onnxruntime and ONNX's reference do."""
+
+    def _check(self, shape, scale, bias) -> None:
+        shapes = tuple(scale.shape.as_list()), tuple(bias.shape.as_list())
+        if shapes[0] != shapes[1] or shapes[0] != (self.num_groups,):
+            raise ShapeError(f"GroupNormalization (opset 18-20): scale and bias must both have shape "
+                             f"({self.num_groups},) (one per group; per-channel (C,) parameters came with opset 21), "
+                             f"got {shapes[0]} and {shapes[1]}")
+        super()._check(shape, scale, bias)
+
+
+@register("RMSNormalization")
+class RMSNormalization(TFOp):
+    """``Y = X / sqrt(mean(X^2) + epsilon) * scale`` with the mean over the axes ``axis..rank-1``, computed in
+    float32 (float64 for a float64 input or ``stash_type=11``) and cast back to X's dtype."""
+
+    def __init__(self, **attributes) -> None:
+        adopt(self, operator_attributes("RMSNormalization", attributes))
+
+    def __call__(self, x, scale):
+        if x is None or scale is None:
+            raise ShapeError("RMSNormalization: expected inputs (X, scale)")
+        rank = x.shape.rank
+        if not -rank <= self.axis < rank:
+            raise ShapeError(f"RMSNormalization: axis={self.axis} is out of range for X of rank {rank}")
+        _require_broadcastable("RMSNormalization", scale, "scale", x.shape.as_list())
+        axes = list(range(self.axis % rank, rank))
+        compute = tf.float64 if self.stash_type == _STASH_FLOAT64 else _compute_dtype(x, scale)
+        xc, s = _cast(compute, x, scale)
+        inv_rms = tf.math.rsqrt(tf.reduce_mean(xc * xc, axis=axes, keepdims=True) + self.epsilon)
+        return tf.cast(xc * inv_rms * s, x.dtype)
+
+
+@register("LpNormalization")
+class LpNormalization(TFOp):
+    """``X / ||X||_p`` along ``axis`` (p is 1 or 2); an all-zero slice stays 0 (not 0/0), its gradient passing
+    straight through, as the reference's."""
+
+    def __init__(self, **attributes) -> None:
+        adopt(self, operator_attributes("LpNormalization", attributes))
+
+    def __call__(self, x):
+        axis = normalize_axis("LpNormalization", self.axis, x.shape.rank)
+        if self.p == 1:
+            norm = tf.reduce_sum(tf.abs(x), axis=axis, keepdims=True)  # abs' gradient at 0 is 0
+            return x / tf.where(norm == 0, tf.ones_like(norm), norm)
+        squares = tf.reduce_sum(x * x, axis=axis, keepdims=True)
+        # sqrt's gradient at 0 is infinite: the root is taken of 1 there, so no NaN reaches X's gradient.
+        return x / tf.sqrt(tf.where(squares == 0, tf.ones_like(squares), squares))
+
+
+@register("LRN")
+class LRN(TFOp):
+    """Local response normalization across channels of (N, C, D1, ...): ``Y[c] = X[c] / (bias + alpha / size *
+    sum(X[c']^2))^beta`` over ``c'`` in ``[c - (size - 1) / 2, c + (size - 1) / 2]`` clipped to the channels.
+    ``size`` must be odd, as the reference requires (an even window has no portable centre)."""
+
+    def __init__(self, **attributes) -> None:
+        adopt(self, operator_attributes("LRN", attributes))
+
+    def __call__(self, x):
+        if x.shape.rank < 2:
+            raise ShapeError(f"LRN: X must be (N, C, ...), got shape {tuple(x.shape)}")
+        compute = _compute_dtype(x)
+        xc = tf.cast(x, compute)
+        channels = x.shape[1]
+        # A window reaching past every channel sums them all: clip it, so a huge size costs no more.
+        half = min((self.size - 1) // 2, channels - 1)
+        squares = xc * xc
+        padded = tf.pad(squares, [[0, 0], [half, half]] + [[0, 0]] * (x.shape.rank - 2))
+        sums = tf.add_n([padded[:, shift:shift + channels] for shift in range(2 * half + 1)])
+        denominator = self.bias + (self.alpha / self.size) * sums
+        return tf.cast(xc * tf.pow(denominator, tf.constant(-self.beta, compute)), x.dtype)
+
+
+@register("MeanVarianceNormalization")
+class MeanVarianceNormalization(TFOp):
+    """``Y = (X - mean) / (std + 1e-9)`` with the mean and biased standard deviation over ``axes`` (default
+    ``[0, 2, 3]``), ONNX's function body: a constant slice normalizes to 0."""
+
+    EPSILON = 1e-9
+
+    def __init__(self, **attributes) -> None:
+        adopt(self, operator_attributes("MeanVarianceNormalization", attributes))
+
+    def __call__(self, x):
+        rank = x.shape.rank
+        if not self.axes or any(not -rank <= a < rank for a in self.axes):
+            raise ShapeError(f"MeanVarianceNormalization: axes {list(self.axes)} must be non-empty and lie in "
+                             f"[{-rank}, {rank}) for X of shape {tuple(x.shape)}; set the axes attribute to "
+                             "match X")
+        axes = sorted({a % rank for a in self.axes})
+        xc = tf.cast(x, _compute_dtype(x))
+        centered = xc - tf.reduce_mean(xc, axis=axes, keepdims=True)
+        variance = tf.reduce_mean(centered * centered, axis=axes, keepdims=True)
+        # sqrt's gradient at 0 is infinite: a variance below 1e-30 (whose root is far below the 1e-9 epsilon)
+        # is clamped, so a constant slice gets the reference's finite gradient instead of NaN.
+        std = tf.sqrt(tf.maximum(variance, 1e-30))
+        return tf.cast(centered / (std + self.EPSILON), x.dtype)
