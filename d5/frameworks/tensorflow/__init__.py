@@ -83,12 +83,12 @@ def from_native(model: Any, loss: Any = None, inputs: Mapping[str, Sequence | No
 
     >>> import numpy as np, keras
     >>> from d5.frameworks import tensorflow as d5tf
-    >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="dense")], name="net")
     >>> executor = d5tf.from_native(model, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     ...                             {"input": ("N", 4)})
     >>> out = executor.inference_and_backprop({"input": np.ones((5, 4), np.float32), "label": np.zeros(5, np.int64)})
-    >>> executor.network.get_params(), executor.network.fetch_tensor("sequential/dense/kernel_grad").shape
-    (['sequential/dense/kernel', 'sequential/dense/bias'], (4, 3))
+    >>> executor.network.get_params(), executor.network.fetch_tensor("net/dense/kernel_grad").shape
+    (['net/dense/kernel', 'net/dense/bias'], (4, 3))
     """
     if not callable(model):
         raise GraphError(f"from_native wraps a Keras model or a callable, got {type(model).__name__}; for a d5.Network "
