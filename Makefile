@@ -52,9 +52,11 @@ conformance: $(STAMP)
 	  --markdown results/conformance-tensorflow.md
 
 # Every public architecture of tests/frameworks/pytorch/public_models.py exported from torch to ONNX and
-# trained through d5 (make test runs a representative few); the table goes to results/public_models.md.
+# trained through d5's PyTorch and TensorFlow frameworks (make test runs a representative few); the table (PyTorch)
+# goes to results/public_models.md.
 public-models: $(STAMP)
-	D5_ALL_PUBLIC_MODELS=1 $(PY) -m pytest -q -p no:cacheprovider tests/frameworks/pytorch/test_public_models.py
+	D5_ALL_PUBLIC_MODELS=1 $(PY) -m pytest -q -p no:cacheprovider tests/frameworks/pytorch/test_public_models.py \
+	  tests/frameworks/tensorflow/test_public_models.py
 	$(PY) benchmarks/public_models.py
 
 # The long adversarial campaign of tests/fuzz/ (make test runs a fast subset): every case runs in a worker

@@ -1,15 +1,18 @@
 """recipes/digits_mlp.py and recipes/ptb_lstm.py, and the Perplexity metric they need.
 
-digits_mlp is offline and takes seconds, so it runs for real on both frameworks: it must reach its threshold,
-and PyTorch must retrace the reference run (the oracle). ptb_lstm runs through `d5 run` on PTB files generated
+digits_mlp is offline and takes seconds, so it runs for real on every installed framework d5 implements
+(``d5.frameworks.available()``): it must reach its threshold on each, and each native framework must retrace the
+reference run (the oracle). ptb_lstm runs through `d5 run` on PTB files generated
 in the official format; its update is checked against Zaremba et al.'s clipped SGD step computed by hand from
 the reference framework's gradient. Perplexity is checked against exp of the per-word cross-entropy computed
 with NumPy from the network's logits."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
+import io
 import json
 import math
 import runpy
@@ -19,6 +22,7 @@ import numpy as np
 import pytest
 
 import d5
+import d5.frameworks
 import d5.frameworks.reference as reference
 from d5.bench.results import read_result
 from d5.cli import main
@@ -37,6 +41,9 @@ DIGITS_RECIPE = ROOT / "recipes" / "digits_mlp.py"
 PTB_RECIPE = ROOT / "recipes" / "ptb_lstm.py"
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs torch (d5.frameworks.pytorch)")
+#: Every installed framework d5 implements, the reference (the oracle) first; NATIVE: those checked against it.
+FRAMEWORKS = d5.frameworks.available()
+NATIVE = [name for name in FRAMEWORKS if name != "reference"]
 
 
 @pytest.fixture
@@ -154,33 +161,37 @@ def test_the_threshold_is_what_scikit_learns_digits_example_reaches():
 
 @pytest.fixture(scope="module")
 def digits_runs(tmp_path_factory):
-    """The whole digits_mlp benchmark (seconds) on each framework: {framework: (exit status, result)}."""
+    """The whole digits_mlp benchmark (seconds) on a framework, run once per module when a test first asks for
+    it: ``digits_runs(framework)`` is (exit status, result)."""
     directory = tmp_path_factory.mktemp("digits")
     runs = {}
-    for framework in ("reference", "pytorch") if HAS_TORCH else ("reference",):
-        out = directory / f"{framework}.json"
-        argv = [] if framework == "reference" else ["--framework", framework]   # the reference run: as written
-        status = main(["run", "digits_mlp", *argv, "--json", str(out)])
-        runs[framework] = (status, read_result(out))
-    return runs
+
+    def run(framework):
+        if framework not in runs:
+            out = directory / f"{framework}.json"
+            argv = [] if framework == "reference" else ["--framework", framework]   # the reference run: as written
+            status = main(["run", "digits_mlp", *argv, "--json", str(out)])
+            runs[framework] = (status, read_result(out))
+        return runs[framework]
+    return run
 
 
-@pytest.mark.parametrize("framework", ["reference", pytest.param("pytorch", marks=needs_torch)])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_digits_mlp_reaches_its_threshold(digits_runs, framework):
-    status, record = digits_runs[framework]
+    status, record = digits_runs(framework)
     accuracy = record["figures"]["TestAccuracy"]
     assert status == 0 and accuracy["met"] and accuracy["value"] >= 97.0 and accuracy["threshold"] == 97.0
     extra = record["extra"]
     assert extra["training"]["steps"] == 20 * math.ceil(1438 / 32) and extra["framework"] == framework
-    assert extra["overrides"] == ({} if framework == "reference" else {"framework": "pytorch"})
+    assert extra["overrides"] == ({} if framework == "reference" else {"framework": framework})
 
 
-@needs_torch
-def test_digits_mlp_on_pytorch_retraces_the_reference_run(digits_runs):
-    (_, oracle), (_, torch_run) = digits_runs["reference"], digits_runs["pytorch"]
-    np.testing.assert_allclose(torch_run["extra"]["training"]["train_loss"],
+@pytest.mark.parametrize("framework", NATIVE)
+def test_digits_mlp_on_each_framework_retraces_the_reference_run(digits_runs, framework):
+    (_, oracle), (_, native) = digits_runs("reference"), digits_runs(framework)
+    np.testing.assert_allclose(native["extra"]["training"]["train_loss"],
                                oracle["extra"]["training"]["train_loss"], rtol=1e-3)
-    assert torch_run["figures"]["TestAccuracy"]["value"] == pytest.approx(
+    assert native["figures"]["TestAccuracy"]["value"] == pytest.approx(
         oracle["figures"]["TestAccuracy"]["value"], abs=0.6)   # at most two of the 359 test images differ
 
 
@@ -235,10 +246,12 @@ def test_ptb_lstm_components_follow_zaremba_et_al():
 
 
 @needs_torch
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 @pytest.mark.parametrize("decoder_bias", [10.0, 0.0], ids=["clipped", "not-clipped"])
-def test_ptb_lstm_step_is_zarembas_clipped_sgd_step(decoder_bias):
-    """One step of the recipe's optimizer equals ``p - 1.0 * clip_by_global_norm(20 g, 5)`` (their step on a
-    cost summed over 20 steps), with ``g`` the reference framework's gradient of d5's mean loss."""
+def test_ptb_lstm_step_is_zarembas_clipped_sgd_step(decoder_bias, framework):
+    """One step of the recipe's optimizer, on the recipe's framework and as ``--framework NAME`` swaps it in (that
+    framework's from_model and its optimizer of the same name), equals ``p - 1.0 * clip_by_global_norm(20 g, 5)``
+    (their step on a cost summed over 20 steps), with ``g`` the reference framework's gradient of d5's mean loss."""
     recipe = runpy.run_path(str(PTB_RECIPE))
     mutable = recipe["MUTABLE"]
     steps = recipe["FIXED"]["model_kwarg"]["steps"]
@@ -259,24 +272,37 @@ def test_ptb_lstm_step_is_zarembas_clipped_sgd_step(decoder_bias):
     assert (norm > 5.0) == (decoder_bias > 0)
     expected = {name: before[name] - 1.0 * min(1.0, 5.0 / norm) * summed[name] for name in names}
 
-    executor = mutable["executor"](network)
-    optimizer = mutable["optimizer"](executor, *mutable["optimizer_args"], **mutable["optimizer_kwarg"])
+    module = d5.frameworks.get(framework)
+    assert mutable["executor"] is d5.frameworks.pytorch.from_model   # the recipe's own: checked as 'pytorch'
+    executor = module.from_model(network)
+    optimizer = getattr(module, mutable["optimizer"].__name__)(executor, *mutable["optimizer_args"],
+                                                               **mutable["optimizer_kwarg"])
     optimizer.step(batch)
     after = dict(zip(names, executor.network.fetch_tensors(names)))
     for name in names:
         np.testing.assert_allclose(after[name], expected[name], rtol=0, atol=1e-5, err_msg=name)
 
 
-@needs_torch
-def test_ptb_lstm_smoke_run_on_generated_ptb_files(ptb_files, tmp_path, capsys):
-    out = tmp_path / "ptb.json"
+def ptb_smoke_run(directory: Path, framework: str) -> tuple[int, str, dict]:
+    """ptb_lstm for 2 steps (``--epochs 1 --subset 40``) on the CPU, with ``--framework`` unless ``framework`` is the
+    recipe's own (pytorch): (exit status, what it printed, its result)."""
+    out = directory / f"ptb-{framework}.json"
     argv = ["--epochs", "1", "--subset", "40", "--device", "cpu"]
-    assert main(["run", "ptb_lstm", *argv, "--json", str(out)]) == 1   # a 2-step smoke test misses 130
-    printed = capsys.readouterr().out
+    argv += [] if framework == "pytorch" else ["--framework", framework]
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        status = main(["run", "ptb_lstm", *argv, "--json", str(out)])
+    return status, printed.getvalue(), read_result(out)
+
+
+@needs_torch
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_ptb_lstm_smoke_run_on_generated_ptb_files(ptb_files, tmp_path, framework):
+    status, printed, record = ptb_smoke_run(tmp_path, framework)
+    assert status == 1   # a 2-step smoke test misses 130
     assert "| Perplexity" in printed and "| 130        | NO" in printed
-    assert "recipe MODIFIED by --epochs 1 --subset 40: ran to the end, not a valid benchmark result; missed " \
+    flags = "--epochs 1 --subset 40" if framework == "pytorch" else f"--epochs 1 --framework {framework} --subset 40"
+    assert f"recipe MODIFIED by {flags}: ran to the end, not a valid benchmark result; missed " \
            "Perplexity (exit status 1)" in printed  # --device is not a modification
-    record = read_result(out)
     perplexity = record["figures"]["Perplexity"]
     assert math.isfinite(perplexity["value"]) and 1.0 < perplexity["value"] < 1e6
     assert perplexity["higher_is_better"] is False and perplexity["met"] is False
@@ -284,8 +310,16 @@ def test_ptb_lstm_smoke_run_on_generated_ptb_files(ptb_files, tmp_path, capsys):
     assert perplexity["result"]["words"] == 400 and perplexity["result"]["history"] == [perplexity["value"]]
     assert perplexity["result"]["cross_entropy"] == pytest.approx(math.log(perplexity["value"]))
     extra = record["extra"]
-    assert extra["training"]["steps"] == 2 and extra["framework"] == "pytorch" and extra["lr"] == 20.0
+    assert extra["training"]["steps"] == 2 and extra["framework"] == framework and extra["lr"] == 20.0
     assert extra["recipe"]["components"]["dataset"] == "ptb"
+    if framework != "reference":   # same seed, data and initial weights: the oracle's numbers
+        _, _, oracle = ptb_smoke_run(tmp_path, "reference")
+        np.testing.assert_allclose(extra["training"]["train_loss"], oracle["extra"]["training"]["train_loss"],
+                                   rtol=1e-3)
+        # The per-word cross-entropy to the same 1e-3, not the perplexity: exp(~11 nats) turns a 1e-4 relative
+        # difference of the cross-entropy (rounding, amplified by two steps at rate 20) into 1e-3 of the perplexity.
+        assert perplexity["result"]["cross_entropy"] == pytest.approx(
+            oracle["figures"]["Perplexity"]["result"]["cross_entropy"], rel=1e-3)
 
 
 @needs_torch

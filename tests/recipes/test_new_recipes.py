@@ -1,7 +1,9 @@
 """recipes/mnist_lenet.py and recipes/cifar100_wrn.py: their components are the documented ones (the papers'
 setups), and a smoke run through `d5 run` on generated data in the official formats (idx files for MNIST, the
 "python version" archive for CIFAR-100) trains, prints the table, misses the threshold (exit 1) and writes a
-result whose recorded configuration is the recipe's."""
+result whose recorded configuration is the recipe's -- as written and with ``--framework NAME`` for every installed
+framework d5 implements (``d5.frameworks.available()``), a native framework's run retracing the reference run (the
+oracle)."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,6 +16,7 @@ import numpy as np
 import pytest
 
 import d5
+import d5.frameworks
 from d5.bench.results import read_result
 from d5.cli import main
 from d5.datasets import cifar, mnist
@@ -26,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 MNIST_RECIPE = ROOT / "recipes" / "mnist_lenet.py"
 CIFAR100_RECIPE = ROOT / "recipes" / "cifar100_wrn.py"
 HAS_TORCH = importlib.util.find_spec("torch") is not None
+#: Every installed framework d5 implements, the reference (the oracle) first.
+FRAMEWORKS = d5.frameworks.available()
 
 
 def trusted(source, directory: Path):
@@ -56,7 +61,18 @@ def test_mnist_lenet_components_follow_lecun_et_al():
     assert "0.95%" in MNIST_RECIPE.read_text() and "LeCun" in MNIST_RECIPE.read_text()
 
 
-def test_mnist_lenet_smoke_run_on_generated_idx_files(data_dir, monkeypatch, tmp_path, capsys):
+def mnist_smoke_run(directory: Path, framework: str, capsys) -> tuple[list[str], str, dict]:
+    """mnist_lenet for 2 steps, with ``--framework`` unless ``framework`` is the recipe's own (the reference):
+    (its argv, what it printed, its result), after checking it missed the threshold (exit 1)."""
+    out = directory / f"mnist-{framework}.json"
+    argv = ["--epochs", "1", "--batch-size", "32", *([] if framework == "reference" else ["--framework", framework]),
+            "--subset", "64"]   # the order d5 records them in
+    assert main(["run", "mnist_lenet", *argv, "--json", str(out)]) == 1
+    return argv, capsys.readouterr().out, read_result(out)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_mnist_lenet_smoke_run_on_generated_idx_files(data_dir, monkeypatch, tmp_path, capsys, framework):
     pytest.importorskip("d5._C")
     rng = np.random.default_rng(0)
     directory = data_dir / "mnist"
@@ -65,21 +81,23 @@ def test_mnist_lenet_smoke_run_on_generated_idx_files(data_dir, monkeypatch, tmp
     for name, n in ((mnist.TRAIN_LABELS, 96), (mnist.TEST_LABELS, 32)):
         write_idx(directory / name, rng.integers(0, 10, size=n, dtype=np.uint8))
     monkeypatch.setattr(mnist, "MNIST", trusted(mnist.MNIST, directory))
-    out = tmp_path / "mnist.json"
-    argv = ["--epochs", "1", "--batch-size", "32", "--subset", "64"]
-    assert main(["run", "mnist_lenet", *argv, "--json", str(out)]) == 1
-    printed = capsys.readouterr().out
+    argv, printed, record = mnist_smoke_run(tmp_path, framework, capsys)
     assert "| TestAccuracy" in printed and "| 99         | NO" in printed
-    assert "recipe MODIFIED by --epochs 1 --batch-size 32 --subset 64: ran to the end, not a valid benchmark " \
+    flags = "--epochs 1 --batch-size 32" + ("" if framework == "reference" else f" --framework {framework}")
+    assert f"recipe MODIFIED by {flags} --subset 64: ran to the end, not a valid benchmark " \
            "result; missed TestAccuracy (exit status 1)" in printed
-    record = read_result(out)
     extra = record["extra"]
-    assert extra["training"]["steps"] == 2 and extra["argv"] == argv
+    assert extra["training"]["steps"] == 2 and extra["argv"] == argv and extra["framework"] == framework
     assert extra["recipe"]["source"]["name"] == "mnist_lenet"
     components = extra["recipe"]["components"]
     assert components["model"] == "lenet5" and components["dataset"] == "mnist" and components["epochs"] == 1
-    assert components["optimizer"] == {"callable": "d5.training.optimizers.MomentumOptimizer"}
+    optimizer = ("d5.training.optimizers" if framework == "reference" else f"d5.frameworks.{framework}.optimizers")
+    assert components["optimizer"] == {"callable": f"{optimizer}.MomentumOptimizer"}
     assert record["figures"]["TestAccuracy"]["threshold"] == 99.0
+    if framework != "reference":   # same seed, data and initial weights: the oracle's numbers
+        oracle = mnist_smoke_run(tmp_path, "reference", capsys)[2]["extra"]["training"]
+        np.testing.assert_allclose(extra["training"]["train_loss"], oracle["train_loss"], rtol=1e-3)
+        assert extra["training"]["test_accuracy"] == oracle["test_accuracy"]
 
 
 @pytest.mark.skipif(not HAS_TORCH, reason="the recipe imports d5.frameworks.pytorch (torch)")
@@ -102,18 +120,28 @@ def test_cifar100_wrn_components_follow_zagoruyko_and_komodakis():
 
 
 @pytest.mark.skipif(not HAS_TORCH, reason="the recipe imports d5.frameworks.pytorch (torch)")
-def test_cifar100_wrn_smoke_run_on_a_generated_archive(data_dir, monkeypatch, tmp_path, capsys):
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_cifar100_wrn_smoke_run_on_a_generated_archive(data_dir, monkeypatch, tmp_path, capsys, framework):
     directory = data_dir / "cifar100"
     directory.mkdir(parents=True)
     members, _ = cifar100_members(n=8)
     archive = write_tar_gz(directory / CIFAR100_ARCHIVE, "cifar-100-python", members)
     monkeypatch.setattr(cifar, "CIFAR100", trusted(cifar.CIFAR100, archive.parent))
-    out = tmp_path / "wrn.json"
-    # WRN-28-10 is large (36.5 M parameters): one step of 2 images and one test batch keep this in seconds.
-    status = main(["run", str(CIFAR100_RECIPE), "--subset", "2", "--epochs", "1", "--batch-size", "2",
-                   "--device", "cpu", "--json", str(out)])
-    assert status == 1
-    assert "| 80         | NO" in capsys.readouterr().out
-    extra = read_result(out)["extra"]
-    assert extra["training"]["steps"] == 1 and extra["framework"] == "pytorch" and extra["lr"] == 0.1
+
+    def smoke_run(framework):
+        # WRN-28-10 is large (36.5 M parameters): one step of 2 images and one test batch keep this in seconds.
+        out = tmp_path / f"wrn-{framework}.json"
+        argv = [] if framework == "pytorch" else ["--framework", framework]   # pytorch: the recipe's own
+        status = main(["run", str(CIFAR100_RECIPE), "--subset", "2", "--epochs", "1", "--batch-size", "2",
+                       "--device", "cpu", *argv, "--json", str(out)])
+        assert status == 1
+        assert "| 80         | NO" in capsys.readouterr().out
+        return read_result(out)["extra"]
+
+    extra = smoke_run(framework)
+    assert extra["training"]["steps"] == 1 and extra["framework"] == framework and extra["lr"] == 0.1
     assert extra["recipe"]["components"]["optimizer_kwargs"] == {"nesterov": True, "weight_decay": 0.0005}
+    if framework != "reference":   # same seed, data and initial weights: the oracle's numbers
+        oracle = smoke_run("reference")["training"]
+        np.testing.assert_allclose(extra["training"]["train_loss"], oracle["train_loss"], rtol=1e-3)
+        assert extra["training"]["test_accuracy"] == oracle["test_accuracy"]

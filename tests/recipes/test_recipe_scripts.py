@@ -1,6 +1,7 @@
 """The recipe scripts in recipes/, run as programs: CIFAR-10 ResNet-44 on a generated official-format archive
-and Fashion-MNIST LeNet-5 where the dataset is installed, on the reference and the PyTorch framework; the
-PyTorch run is checked against the reference run (the oracle), step for step the same numbers."""
+and Fashion-MNIST LeNet-5 where the dataset is installed, with ``--framework NAME`` for every installed framework
+d5 implements (``d5.frameworks.available()``); each native framework's run is checked against the reference run
+(the oracle), step for step the same numbers."""
 from __future__ import annotations
 
 import importlib.util
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 import d5
+import d5.frameworks
 
 from cifar_archives import cifar10_archive
 
@@ -25,6 +27,10 @@ FASHION_RECIPE = ROOT / "recipes" / "fashion_mnist_lenet.py"
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="the recipes import d5.frameworks.pytorch (torch)")
+
+#: Every installed framework d5 implements, the reference (the oracle) first; NATIVE: those checked against it.
+FRAMEWORKS = d5.frameworks.available()
+NATIVE = [name for name in FRAMEWORKS if name != "reference"]
 
 # Runs a recipe script as __main__ with its own argv, after making d5 trust the generated archive's SHA-256
 # (the loader checks local files against the official checksum, which no generated archive can match).
@@ -60,24 +66,28 @@ def assert_failed_with_a_table(result, threshold):
 
 @pytest.fixture(scope="module")
 def cifar_runs(tmp_path_factory):
-    """The CIFAR-10 smoke test on both frameworks, once for the module: {framework: (result, json)}."""
+    """The CIFAR-10 smoke test with ``--framework NAME``, run once per framework and module when a test first asks
+    for it: ``cifar_runs(name)`` is (result, json)."""
     if not HAS_TORCH:
         pytest.skip("the CIFAR-10 recipe imports d5.frameworks.pytorch (torch)")
     tmp_path = tmp_path_factory.mktemp("cifar")
     archive, _ = cifar10_archive(tmp_path / "data" / "cifar10", n=20)  # 100 training and 20 test images
     runs = {}
-    for framework in ("reference", "pytorch"):
-        out = tmp_path / f"{framework}.json"
-        result = run_script(["-c", TRUSTING_RUNNER, str(archive), str(CIFAR_RECIPE), "--subset", "64", "--epochs",
-                             "1", "--batch-size", "32", "--framework", framework, "--json", str(out)],
-                            {"D5_DATA_DIR": str(tmp_path / "data"), "HOME": str(tmp_path / "home")})
-        runs[framework] = (result, json.loads(out.read_text()) if out.exists() else None)
-    return runs
+
+    def run(framework):
+        if framework not in runs:
+            out = tmp_path / f"{framework}.json"
+            result = run_script(["-c", TRUSTING_RUNNER, str(archive), str(CIFAR_RECIPE), "--subset", "64", "--epochs",
+                                 "1", "--batch-size", "32", "--framework", framework, "--json", str(out)],
+                                {"D5_DATA_DIR": str(tmp_path / "data"), "HOME": str(tmp_path / "home")})
+            runs[framework] = (result, json.loads(out.read_text()) if out.exists() else None)
+        return runs[framework]
+    return run
 
 
-@pytest.mark.parametrize("framework", ["reference", "pytorch"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_cifar10_resnet44_smoke_run_prints_the_table_and_exits_1(cifar_runs, framework):
-    result, record = cifar_runs[framework]
+    result, record = cifar_runs(framework)
     assert_failed_with_a_table(result, 93)
     extra = record["extra"]
     assert extra["overrides"] == {"epochs": 1, "batch_size": 32, "framework": framework, "subset": 64}
@@ -85,11 +95,12 @@ def test_cifar10_resnet44_smoke_run_prints_the_table_and_exits_1(cifar_runs, fra
     assert record["figures"]["TestAccuracy"]["threshold"] == 93.0 and not record["figures"]["TestAccuracy"]["met"]
 
 
-def test_cifar10_resnet44_pytorch_run_matches_the_reference_run(cifar_runs):
-    # Same seed, same shuffling and augmentation, same initial weights: the two frameworks must agree.
-    reference, pytorch = (cifar_runs[fw][1]["extra"]["training"] for fw in ("reference", "pytorch"))
-    np.testing.assert_allclose(pytorch["train_loss"], reference["train_loss"], rtol=1e-3)
-    assert pytorch["test_accuracy"] == reference["test_accuracy"]
+@pytest.mark.parametrize("framework", NATIVE)
+def test_cifar10_resnet44_run_matches_the_reference_run(cifar_runs, framework):
+    # Same seed, same shuffling and augmentation, same initial weights: the framework must agree with the oracle.
+    reference, native = (cifar_runs(fw)[1]["extra"]["training"] for fw in ("reference", framework))
+    np.testing.assert_allclose(native["train_loss"], reference["train_loss"], rtol=1e-3)
+    assert native["test_accuracy"] == reference["test_accuracy"]
 
 
 @needs_torch
@@ -140,19 +151,31 @@ def _load_trusting(directory, archive):
 
 # --- Fashion-MNIST LeNet-5 --------------------------------------------------------------------------------
 
-@needs_torch
-def test_fashion_mnist_lenet_runs_on_pytorch_like_on_the_reference(tmp_path):
+@pytest.fixture(scope="module")
+def fashion_runs(tmp_path_factory):
+    """The Fashion-MNIST smoke run with ``--framework NAME``, once per framework and module: ``fashion_runs(name)``
+    is the record's ``extra['training']``, after checking the run missed the threshold with the full table."""
     pytest.importorskip("d5._C")
     try:
         d5.datasets.load_fashion_mnist(download=False)
     except d5.errors.DatasetError:
         pytest.skip("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
+    directory = tmp_path_factory.mktemp("fashion")
     records = {}
-    for framework in ("reference", "pytorch"):
-        out = tmp_path / f"{framework}.json"
-        result = run_script([str(FASHION_RECIPE), "--epochs", "1", "--subset", "2000", "--framework", framework,
-                             "--json", str(out)], {})
-        assert_failed_with_a_table(result, 87)
-        records[framework] = json.loads(out.read_text())["extra"]["training"]
-    np.testing.assert_allclose(records["pytorch"]["train_loss"], records["reference"]["train_loss"], rtol=1e-3)
-    assert records["pytorch"]["test_accuracy"] == pytest.approx(records["reference"]["test_accuracy"], abs=0.5)
+
+    def run(framework):
+        if framework not in records:
+            out = directory / f"{framework}.json"
+            result = run_script([str(FASHION_RECIPE), "--epochs", "1", "--subset", "2000", "--framework", framework,
+                                 "--json", str(out)], {})
+            assert_failed_with_a_table(result, 87)
+            records[framework] = json.loads(out.read_text())["extra"]["training"]
+        return records[framework]
+    return run
+
+
+@pytest.mark.parametrize("framework", NATIVE)
+def test_fashion_mnist_lenet_runs_on_each_framework_like_on_the_reference(fashion_runs, framework):
+    reference, native = fashion_runs("reference"), fashion_runs(framework)
+    np.testing.assert_allclose(native["train_loss"], reference["train_loss"], rtol=1e-3)
+    assert native["test_accuracy"] == pytest.approx(reference["test_accuracy"], abs=0.5)

@@ -15,6 +15,10 @@ graph output, gets ONNX layout back. So LeNet-5 pays one transpose in (the input
 ResNet-44 the same, whatever its depth. The parameters stay in ONNX layout (what ``fetch_tensors`` returns); a
 convolution transposes its (small) weight to TensorFlow's filter layout inside the function.
 
+**Calls.** A pass converts its feeds and calls the plan's ConcreteFunction for their dtypes and shapes directly
+(:meth:`TensorFlowGraphExecutor._run`), not through ``tf.function``'s matching of each call against its traces:
+on LeNet-5, whose step is a few milliseconds, that matching cost more than all of d5's own work around the step.
+
 **Live state** (:class:`TFLiveNetwork`): floating parameters are ``tf.Variable`` s (trainable or not), captured by the
 traced functions, so an optimizer's assignment is read by the next pass; other parameters (integer shapes, axes)
 stay NumPy and are constants of the traced function -- feeding one retraces.
@@ -149,6 +153,8 @@ class TensorFlowGraphExecutor(NativeExecutor):
         self._output_info: dict[str, Any] | None = None
         super().__init__(network, device=device, fallback=fallback)
         self._plan_version: tuple[int, int] | None = None
+        #: (a plan's traced function, its inputs' dtypes and shapes) -> its ConcreteFunction's call (see _run).
+        self._concrete: dict[tuple, Any] = {}
         #: Values TensorFlow cannot hold (strings, sequences, int4) or control flow on reference executors: such a
         #: graph runs its plans eagerly, node by node, where NumPy values pass between the nodes as they are.
         self.eager = bool(self._nodes_on_reference()) or any(
@@ -221,6 +227,7 @@ class TensorFlowGraphExecutor(NativeExecutor):
             for step in steps:
                 node, op = step.node, step.op
                 op.training = training
+                op.differentiated = training
                 results, channels_last = self._call(op, [env[name] for name in step.inputs])
                 if len(node.outputs) == 1 and (not isinstance(results, (tuple, list))
                                                or (isinstance(op, TFOp) and single_output(node, opset))):
@@ -300,15 +307,21 @@ class TensorFlowGraphExecutor(NativeExecutor):
             plan = self._plans[plan_key] = (function, names, outputs)
         function, names, outputs = plan
         try:
-            with tf.device(self._device):
-                values, grads = function(*self._feeds(feeds, names), *arguments)
+            values, grads = self._run(function, feeds, names, arguments)
         except Exception as err:
             if self._go_eager(err):
                 return self.train_and_update(inputs, y, update, key, arguments)
             raise self._failure(err, feeds, y) from err
+        return self._pass_result(outputs, values, grads)
+
+    def _pass_result(self, outputs: list[str], values: list[Any], grads: list[Any] | None = None
+                     ) -> dict[str, np.ndarray]:
+        """The graph outputs of a pass as NumPy, its tensors (and the gradients, under their names) kept as the
+        pass tensors: gradients stay tensors until fetched (or read by a native optimizer)."""
         tensors = dict(zip(outputs, values))
         result = {name: as_numpy_value(tensors[name]) for name in self.graph.outputs if name in tensors}
-        tensors.update(zip(self.network.trainable()[0], grads))
+        if grads is not None:
+            tensors.update(zip(self.network.trainable()[0], grads))
         self.network.set_pass_tensors(tensors)
         return result
 
@@ -317,11 +330,30 @@ class TensorFlowGraphExecutor(NativeExecutor):
         version = (self.graph.version, self.network.constants_version)
         if version != self._plan_version:
             self._plans.clear()
+            self._concrete.clear()
             self._plan_version = version
 
     def _feeds(self, feeds: dict[str, Any], inputs: list[str]) -> list[Any]:
         with tf.device(self._device):
             return [as_tf_value(feeds[name]) for name in inputs]
+
+    def _run(self, function: Any, feeds: dict[str, Any], inputs: list[str], extra: tuple[Any, ...] = ()) -> Any:
+        """``function`` of the fed ``inputs`` (then the tensors ``extra``) on the executor's device. A traced plan
+        runs its ConcreteFunction for the feeds' dtypes and shapes (traced by its first call as ``function`` would
+        trace it, then kept per signature) on the flat list of tensors: that skips ``tf.function``'s matching of
+        each call's arguments against its traces and signature, a tenth of a LeNet-5 step."""
+        with tf.device(self._device):
+            args = [as_tf_value(feeds[name]) for name in inputs]
+            args.extend(extra)
+            if self.eager:
+                return function(*args)
+            key = _signature(function, [feeds[name] for name in inputs], extra)
+            if key is None:  # a value that is no array: tf.function's own matching
+                return function(*args)
+            call = self._concrete.get(key)
+            if call is None:
+                call = self._concrete[key] = _flat_call(function.get_concrete_function(*args))
+            return call(args)
 
     # ------------------------------------------------------------------ passes
     def _failure(self, err: BaseException, feeds: dict[str, Any], y: str | None) -> BaseException:
@@ -354,14 +386,14 @@ class TensorFlowGraphExecutor(NativeExecutor):
                       "traced function)", FallbackWarning, stacklevel=4)
         self.eager = True
         self._plans.clear()
+        self._concrete.clear()
         return True
 
     def run_inference(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
         self._current_plans()
         function, inputs, outputs = self.plan(frozenset(feeds), None)
         try:
-            with tf.device(self._device):
-                values = function(*self._feeds(feeds, inputs))
+            values = self._run(function, feeds, inputs)
         except Exception as err:
             if self._go_eager(err):
                 return self.run_inference(feeds)
@@ -370,21 +402,38 @@ class TensorFlowGraphExecutor(NativeExecutor):
 
     def run_training(self, feeds: dict[str, Any], y: str) -> dict[str, np.ndarray]:
         self._current_plans()
-        network = self.network
-        names, _ = network.trainable()
         function, inputs, outputs = self.plan(frozenset(feeds), y)
         try:
-            with tf.device(self._device):
-                values, grads = function(*self._feeds(feeds, inputs))
+            values, grads = self._run(function, feeds, inputs)
         except Exception as err:
             if self._go_eager(err):
                 return self.run_training(feeds, y)
             raise self._failure(err, feeds, y) from err
-        tensors = dict(zip(outputs, values))
-        result = {name: as_numpy_value(tensors[name]) for name in self.graph.outputs if name in tensors}
-        tensors.update(zip(names, grads))
-        network.set_pass_tensors(tensors)  # gradients stay tensors until fetched (or read by a native optimizer)
-        return result
+        return self._pass_result(outputs, values, grads)
+
+
+def _signature(function: Any, values: list[Any], extra: tuple[Any, ...]) -> tuple | None:
+    """What selects ``function``'s trace for these fed values and extra tensors: their dtypes and shapes (NumPy's,
+    read without converting); None where a value is neither an array nor a tensor."""
+    key: list[Any] = [function]
+    for value in (*values, *extra):
+        if type(value) is np.ndarray:
+            key.append((value.dtype, value.shape))
+        elif isinstance(value, tf.Tensor):
+            key.append((value.dtype, tuple(value.shape)))
+        else:
+            return None
+    return tuple(key)
+
+
+def _flat_call(concrete: Any) -> Any:
+    """A call of ConcreteFunction ``concrete`` on the list of its tensor arguments, in their order: its
+    ``_call_flat`` (what ``concrete(*args)`` calls after binding the arguments to its signature, which the caller's
+    key has matched already), or the public call where a TensorFlow has no such method."""
+    flat = getattr(concrete, "_call_flat", None)
+    if flat is None:
+        return lambda args: concrete(*args)
+    return lambda args: flat(args, concrete.captured_inputs)
 
 
 def _rank(value: Any) -> int | None:

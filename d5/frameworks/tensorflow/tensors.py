@@ -42,6 +42,8 @@ def holds(dtype: np.dtype) -> bool:
 def as_tf_value(value: Any) -> Any:
     """A value as TensorFlow code takes it: a tensor, or, for what TensorFlow cannot hold (sequences, strings,
     int4, ...), the value itself, which only reference operators read."""
+    if type(value) is np.ndarray and value.dtype.kind in "biufc":  # the common case first: a fed array
+        return tf.constant(value)
     if isinstance(value, (tf.Tensor, tf.Variable)):
         return value
     if value is None or isinstance(value, list):

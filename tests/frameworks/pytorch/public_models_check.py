@@ -1,5 +1,6 @@
-"""Export a public torch model to ONNX, import it with ``d5.frameworks.pytorch``, add a cross-entropy loss the
-d5 way (``Network.add_input/add_node/add_output``) and check that d5 computes, and trains, what torch does.
+"""Export a public torch model to ONNX, import it with a d5 framework (``d5.frameworks.pytorch`` unless
+``check_model(framework=...)`` names another, e.g. ``'tensorflow'``), add a cross-entropy loss the d5 way
+(``Network.add_input/add_node/add_output``) and check that d5 computes, and trains, what torch does.
 
 :func:`check_model` runs, on one :class:`~public_models.PublicModel`:
 
@@ -13,7 +14,7 @@ export
     under its torch name (folding stores transposed copies under ``onnx::MatMul_*`` names and un-ties tied
     weights). The file passes ``onnx.checker`` (full check) and onnxruntime reproduces torch's output.
 (a) forward
-    ``d5.frameworks.pytorch.from_onnx(file).inference`` equals torch's forward (train mode: the export's
+    ``d5.frameworks.<framework>.from_onnx(file).inference`` equals torch's forward (train mode: the export's
     BatchNormalization has ``training_mode=1``, batch statistics, also in d5's inference, as the ONNX spec says).
     Operators that run on the reference fallback are recorded (``fallback_ops``).
 (b) gradients
@@ -47,6 +48,7 @@ A loss passes when ``|d5 - torch| <= 1e-4 * |torch| + 1e-6 + 2 * |torch float32 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import os
@@ -80,6 +82,7 @@ class ModelReport:
 
     name: str
     source: str
+    framework: str = "pytorch"  # the d5 framework that ran the ONNX file
     parameters: int = 0
     opset: int | None = None
     onnx_ops: list[str] = dataclasses.field(default_factory=list)
@@ -213,9 +216,10 @@ def _loss_ok(d5: float, torch32: float, torch64: float) -> bool:
 class _D5Model:
     """The imported network with its loss; ``executor()`` builds a fresh executor (fresh weights and statistics)."""
 
-    def __init__(self, spec: PublicModel, onnx_bytes: bytes, rank: int) -> None:
+    def __init__(self, spec: PublicModel, onnx_bytes: bytes, rank: int, framework: str = "pytorch") -> None:
         import d5
 
+        self.framework = framework
         self.network = d5.load_onnx(onnx_bytes)
         # What a user does: the module's float buffers (a positional encoding) are constants, not weights.
         for name, _ in spec.build().named_buffers():
@@ -224,12 +228,12 @@ class _D5Model:
         add_cross_entropy_loss(self.network, spec.class_axis, rank)
 
     def executor(self):
-        from d5.frameworks import pytorch
-        from d5.frameworks.pytorch.executor import FallbackWarning
+        import d5.frameworks
+        from d5.frameworks.base import FallbackWarning
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FallbackWarning)  # check (a) records them
-            return pytorch.from_model(self.network)
+            return d5.frameworks.get(self.framework).from_model(self.network)
 
 
 def _d5_gradients(executor) -> dict[str, np.ndarray]:
@@ -283,12 +287,13 @@ def _torch_optimizer(spec: PublicModel, module: torch.nn.Module) -> torch.optim.
     return torch.optim.Adam(module.parameters(), lr=spec.lr)
 
 
-def _d5_optimizer(spec: PublicModel, executor):
-    from d5.frameworks import pytorch
+def _d5_optimizer(spec: PublicModel, executor, framework: str = "pytorch"):
+    import d5.frameworks
 
+    native = d5.frameworks.get(framework)  # its native optimizers, of the reference's names
     if spec.optimizer == "sgd":
-        return pytorch.MomentumOptimizer(executor, lr=spec.lr, momentum=0.9), f"Momentum(lr={spec.lr}, 0.9)"
-    return pytorch.AdamOptimizer(executor, lr=spec.lr), f"Adam(lr={spec.lr})"
+        return native.MomentumOptimizer(executor, lr=spec.lr, momentum=0.9), f"Momentum(lr={spec.lr}, 0.9)"
+    return native.AdamOptimizer(executor, lr=spec.lr), f"Adam(lr={spec.lr})"
 
 
 def _torch_training(spec: PublicModel, buffers, schedule, dtype: torch.dtype):
@@ -305,12 +310,56 @@ def _torch_training(spec: PublicModel, buffers, schedule, dtype: torch.dtype):
     return module, losses
 
 
+# ------------------------------------------------------------------------------------------- the tests' selection
+#: The models the normal suite runs on every framework: depthwise convolutions + squeeze-excitation + hardswish +
+#: BatchNormalization; nn.MultiheadAttention, LayerNorm, GELU, class token; causal attention with a tied LM head and
+#: (N, T, V) logits; a padding mask as a second input; nn.LSTM sequence-first (batch on axis 1); a bidirectional
+#: 2-layer nn.GRU. The rest run with ``D5_ALL_PUBLIC_MODELS=1`` (``make public-models``).
+IN_SUITE = ("mobilenet_v3_small", "vit", "gpt2", "bert", "lstm_lm", "bigru_classifier")
+
+
+def run_all_models() -> bool:
+    """Whether the tests run every public model (``D5_ALL_PUBLIC_MODELS=1``) or only :data:`IN_SUITE`."""
+    return os.environ.get("D5_ALL_PUBLIC_MODELS") == "1"
+
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """torch on one intra-op thread for the block (the tests' module fixture): these models are too small to gain
+    from intra-op threads, and two threads per process on a 2-core machine shared with another process
+    (pytest-xdist, a parallel build) spin-wait: measured 60 s instead of 6 s."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def model_params(models, known_failures: dict[str, str]) -> list:
+    """``pytest.param`` per model for a framework's test: those of ``known_failures`` (name -> reason, that
+    framework's) strictly expected to fail, those outside :data:`IN_SUITE` skipped unless :func:`run_all_models`."""
+    import pytest
+
+    params = []
+    for model in models:
+        marks = []
+        if model.name in known_failures:
+            marks.append(pytest.mark.xfail(strict=True, reason=known_failures[model.name]))
+        if model.name not in IN_SUITE and not run_all_models():
+            marks.append(pytest.mark.skip(reason="runs with D5_ALL_PUBLIC_MODELS=1 (make public-models)"))
+        params.append(pytest.param(model, id=model.name, marks=marks))
+    return params
+
+
 # ------------------------------------------------------------------------------------------- the check
-def check_model(spec: PublicModel, batch: int = 4, new_batch: int = 3, steps: int = 5) -> ModelReport:
-    """Run export and checks (a)-(d) on ``spec`` (see the module docstring); never raises for a failed check:
-    the report lists failures (an exception inside a step is one, with its type and message)."""
+def check_model(spec: PublicModel, batch: int = 4, new_batch: int = 3, steps: int = 5,
+                framework: str = "pytorch") -> ModelReport:
+    """Run export and checks (a)-(d) on ``spec`` with d5 framework ``framework`` (see the module docstring); never
+    raises for a failed check: the report lists failures (an exception inside a step is one, with its type and
+    message)."""
     start = time.perf_counter()
-    report = ModelReport(spec.name, spec.source)
+    report = ModelReport(spec.name, spec.source, framework)
     rng = np.random.default_rng(0)
     feeds, labels = spec.inputs(batch, rng), spec.labels(batch, rng)
     new_feeds, new_labels = spec.inputs(new_batch, rng), spec.labels(new_batch, rng)
@@ -323,9 +372,9 @@ def check_model(spec: PublicModel, batch: int = 4, new_batch: int = 3, steps: in
         reference = _torch_pass(spec, buffers, feeds, labels), _torch_pass(spec, buffers, feeds, labels, torch.float64)
         _check_file(report, onnx_bytes, feeds, reference)
         stage = "(a) forward"
-        _check_forward(report, onnx_bytes, feeds, reference)
+        _check_forward(report, onnx_bytes, feeds, reference, framework)
         stage = "import with a loss"
-        model = _D5Model(spec, onnx_bytes, reference[0].output.ndim)
+        model = _D5Model(spec, onnx_bytes, reference[0].output.ndim, framework)
         stage = "(b) gradients"
         _check_gradients(report, model, feeds, labels, reference)
         stage = "(c) training"
@@ -355,13 +404,13 @@ def _check_file(report: ModelReport, onnx_bytes: bytes, feeds, reference) -> Non
         report.failures.append(f"export: onnxruntime's output differs from torch's (relative {report.ort_forward_error:.3g})")
 
 
-def _check_forward(report, onnx_bytes: bytes, feeds, reference) -> None:
-    from d5.frameworks import pytorch
-    from d5.frameworks.pytorch.executor import FallbackWarning
+def _check_forward(report, onnx_bytes: bytes, feeds, reference, framework: str = "pytorch") -> None:
+    import d5.frameworks
+    from d5.frameworks.base import FallbackWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)  # recorded from executor.fallback_operators
-        executor = pytorch.from_onnx(onnx_bytes)  # the file as it is, no loss: what a user runs for inference
+        executor = d5.frameworks.get(framework).from_onnx(onnx_bytes)  # the file as it is, no loss: what a user runs for inference
     report.fallback_ops = sorted(set(executor.fallback_operators))
     got = executor.inference(feeds)["output"]
     ok, report.forward_error = _output_check(got, reference[0].output, reference[1].output)
@@ -390,7 +439,7 @@ def _check_training(report, spec, buffers, model: _D5Model, feeds, labels, new_f
     one more on the first (the optimizer state carries across the change)."""
     schedule = [(feeds, labels)] * steps + [(new_feeds, new_labels), (feeds, labels)]
     executor = model.executor()
-    optimizer, report.optimizer = _d5_optimizer(spec, executor)
+    optimizer, report.optimizer = _d5_optimizer(spec, executor, model.framework)
     d5 = [float(optimizer.step({**f, "label": y})["loss"]) for f, y in schedule]
     module, torch32 = _torch_training(spec, buffers, schedule, torch.float32)
     torch64 = _torch_training(spec, buffers, schedule, torch.float64)[1]
@@ -541,4 +590,4 @@ def summary(reports: list[ModelReport]) -> dict[str, Any]:
 
 __all__ = ["DefaultExportReport", "ModelReport", "add_cross_entropy_loss", "check_default_export", "check_model",
            "compare_gradients", "default_export_table", "export", "exported_buffers", "failure_summary",
-           "markdown_table", "summary"]
+           "IN_SUITE", "markdown_table", "model_params", "one_torch_thread", "run_all_models", "summary"]

@@ -22,42 +22,21 @@ pytest.importorskip("onnxruntime")
 if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # pytest's --import-mode=importlib does not add it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from public_models import MODELS  # noqa: E402
-from public_models_check import check_model  # noqa: E402
+from public_models_check import check_model, model_params, one_torch_thread  # noqa: E402
 
-#: Depthwise convolutions + squeeze-excitation + hardswish + BatchNormalization; nn.MultiheadAttention, LayerNorm,
-#: GELU, class token; causal attention with a tied LM head and (N, T, V) logits; a padding mask as a second input;
-#: nn.LSTM sequence-first (batch on axis 1); a bidirectional 2-layer nn.GRU. About 5 s together (all 13: 12 s).
-IN_SUITE = ("mobilenet_v3_small", "vit", "gpt2", "bert", "lstm_lm", "bigru_classifier")
-
-#: Models that cannot pass, with the reason (strict: a fix turns them into failures to remove from here).
+#: Models that cannot pass, with the reason (strict: a fix turns them into failures to remove from here). The
+#: models of the normal suite (about 5 s together, all 13: 12 s) are public_models_check.IN_SUITE, shared with
+#: tests/frameworks/tensorflow/test_public_models.py.
 KNOWN_FAILURES: dict[str, str] = {}
-
-RUN_ALL = os.environ.get("D5_ALL_PUBLIC_MODELS") == "1"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """These models are too small to gain from intra-op threads, and two threads per process on a 2-core machine
-    shared with another process (pytest-xdist, a parallel build) spin-wait: measured 60 s instead of 6 s."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def torch_on_one_thread():
+    with one_torch_thread():  # see public_models_check.one_torch_thread (60 s instead of 6 s on 2 cores)
+        yield
 
 
-def _cases():
-    for model in MODELS:
-        marks = []
-        if model.name in KNOWN_FAILURES:
-            marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[model.name]))
-        if model.name not in IN_SUITE and not RUN_ALL:
-            marks.append(pytest.mark.skip(reason="runs with D5_ALL_PUBLIC_MODELS=1 (make public-models)"))
-        yield pytest.param(model, id=model.name, marks=marks)
-
-
-@pytest.mark.parametrize("model", list(_cases()))
+@pytest.mark.parametrize("model", model_params(MODELS, KNOWN_FAILURES))
 def test_exported_model_computes_and_trains_like_torch_at_any_batch_size(model):
     report = check_model(model)
     assert report.passed, f"{model.name} ({model.source}):\n  " + "\n  ".join(report.failures)

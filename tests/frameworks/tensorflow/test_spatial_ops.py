@@ -447,3 +447,29 @@ def test_normalization_checks_channels_last_inputs_too():
         create_operator("InstanceNormalization", {}).channels_last(x, tf.zeros([3]), tf.zeros([2]))
     with pytest.raises(ShapeError, match="divisible by num_groups"):
         create_operator("GroupNormalization", {"num_groups": 2}).channels_last(x, tf.zeros([3]), tf.zeros([3]))
+
+
+def test_a_strided_1x1_convolution_trains_in_a_traced_step_without_onednn_s_crashing_kernel():
+    """TensorFlow 2.21's oneDNN filter gradient of a strided 1x1 convolution on few channels corrupts the heap with
+    2+ threads at odd batch sizes (uxlfoundation/oneDNN#6035): the converter subsamples, then convolves with stride
+    1 -- the same outputs and gradients, and no Conv2D of stride 2 left in the graph."""
+    import numpy as np
+    import tensorflow as tf
+
+    from d5.frameworks.tensorflow.operators import create_operator
+
+    op = create_operator("Conv", {"strides": [2, 2]})
+    x = tf.constant(np.ones((3, 16, 16, 8), np.float32))
+    w = tf.Variable(np.ones((16, 8, 1, 1), np.float32))
+
+    @tf.function(autograph=False)
+    def step(images):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(op.channels_last(images, w) ** 2)
+        return tape.gradient(loss, w)
+
+    grad = step(x)
+    assert np.allclose(grad.numpy(), 2 * 8 * 3 * 8 * 8)  # each output 8, 3 * 8 * 8 of them, d(y^2)/dw = 2 y x
+    graph = step.get_concrete_function(x).graph
+    strided = [o for o in graph.get_operations() if o.type.startswith("Conv2D") and o.get_attr("strides") != [1, 1, 1, 1]]
+    assert not strided

@@ -53,6 +53,9 @@ class TFOp:
     opset: int | None = None
     #: True in training passes.
     training: bool = False
+    #: False while the executor traces a pass nothing differentiates (inference): a converter may then use a kernel
+    #: whose gradient omits some inputs (BatchNormalization's fused inference kernel gives the statistics none).
+    differentiated: bool = True
     #: Element by element with NumPy broadcasting: runs unchanged on channels-last operands (module docstring).
     elementwise: bool = False
     #: The inputs :meth:`channels_last` takes channels-last (positions, or "all": every tensor input), when their

@@ -110,6 +110,7 @@ class _ConvPlan(NamedTuple):
     mode: str             # "dense", "depthwise" or "grouped"
     dilate: str           # "", "space_to_batch" or "kernel"
     padding: str          # "SAME" (TensorFlow's own split of the pads) or "VALID" (X padded first)
+    subsample: bool = False  # a 1x1 kernel with strides: X subsampled first, then a stride-1 convolution
 
 
 @register("Conv")
@@ -129,9 +130,15 @@ class Conv(_ConvAttributes):
             f = tf.transpose(tf.reshape(w, [channels, -1, *w.shape[2:]]), [2, 3, 0, 1])
         else:
             f = tf.transpose(w, [*range(2, w.shape.rank), 1, 0])  # (kernel..., C/group, M)
-        if plan.padding == "VALID":
+        if plan.padding == "VALID" or plan.subsample:
             x = pad_sides(x, plan.sides, 1)
-        if plan.dilate == "space_to_batch":
+        if plan.subsample:
+            # The same outputs and gradients as the strided 1x1 convolution, without oneDNN's backward kernel for
+            # it, which corrupts memory with 2+ threads on few input channels at odd batch sizes
+            # (uxlfoundation/oneDNN#6035: "double free or corruption" training ResNet-18 at batch 3).
+            x = x[(slice(None), *(slice(None, None, stride) for stride in plan.strides), slice(None))]
+            y = self._convolve(x, f, plan._replace(strides=(1,) * len(plan.strides)), "VALID")
+        elif plan.dilate == "space_to_batch":
             y = tf.nn.with_space_to_batch(x, plan.dilations, "VALID",
                                           lambda part, _rank, _padding: self._convolve(part, f, plan, "VALID"))
         else:
@@ -178,7 +185,8 @@ class Conv(_ConvAttributes):
             sides = without_idle_crops(spatial, sides, extents, strides)
         same = dilate != "space_to_batch" and tuple(sides) == same_sides(spatial, extents, strides)
         padding = "SAME" if same else "VALID"
-        return _ConvPlan(lift, tuple(strides), tuple(dilations), tuple(sides), mode, dilate, padding)
+        subsample = mode == "dense" and all(e == 1 for e in extents) and any(s > 1 for s in strides)
+        return _ConvPlan(lift, tuple(strides), tuple(dilations), tuple(sides), mode, dilate, padding, subsample)
 
 
 @register("ConvTranspose")

@@ -5,7 +5,8 @@ LpNormalization, LRN, MeanVarianceNormalization.
 
 BatchNormalization, InstanceNormalization and GroupNormalization also compute channels-last
 (:meth:`channels_last`, the channel the last axis), so the executor keeps a CNN's activations channels-last
-through them. Statistics are computed in float32 (float64 when an input is float64), as the reference's.
+through them; float32 BatchNormalization runs on TensorFlow's fused kernel where its gradient is the
+expression's. Statistics are computed in float32 (float64 when an input is float64), as the reference's.
 """
 from __future__ import annotations
 
@@ -75,11 +76,16 @@ class BatchNormalization(_ChannelsLastNormalization):
 
     With batch statistics (a training pass, or ``training_mode=1``): normalize by the batch mean and biased
     (population) variance over every axis but C, and update the running statistics ``running = momentum * running
-    + (1 - momentum) * batch`` (ONNX's momentum; TensorFlow's fused kernel would give the Bessel-corrected
-    variance), assigned to the ``input_mean`` and ``input_var`` inputs where they are ``tf.Variable`` s (the
-    executor's live buffers), as the reference's state_updates. Returns Y when the node has one output (or the
-    count is unknown), else ``(Y, running_mean, running_var)``. Otherwise normalize by the given statistics.
-    The statistics outputs are per-channel vectors, so only Y is channels-last.
+    + (1 - momentum) * batch`` (ONNX's momentum and population variance), assigned to the ``input_mean`` and
+    ``input_var`` inputs where they are ``tf.Variable`` s (the executor's live buffers), as the reference's
+    state_updates. Returns Y when the node has one output (or the count is unknown), else ``(Y, running_mean,
+    running_var)``. Otherwise normalize by the given statistics. The statistics outputs are per-channel vectors,
+    so only Y is channels-last.
+
+    Float32 runs on TensorFlow's fused kernel (``FusedBatchNormV3``): with batch statistics when the node names
+    Y only (its gradient is Y's, which is all such a node has); with the given statistics in passes nothing
+    differentiates (``differentiated`` False: its gradient gives the statistics none), where grappler also folds
+    it into the convolution before it. Elsewhere, and for other dtypes, the expression's own operations.
     """
 
     def __init__(self, **attributes) -> None:
@@ -98,19 +104,66 @@ class BatchNormalization(_ChannelsLastNormalization):
         compute = _compute_dtype(x, scale, bias, mean, var)
         xc, s, b = _cast(compute, x, scale, bias)
         if not (self.training or self.training_mode):
+            if not self.differentiated and _fusable(x, scale, bias, mean, var):
+                # one pass, and grappler folds it into the convolution before it (and the Relu after)
+                y = tf.raw_ops.FusedBatchNormV3(x=_as_4d(x), scale=scale, offset=bias, mean=mean, variance=var,
+                                                epsilon=self.epsilon, exponential_avg_factor=1.0,
+                                                data_format="NHWC", is_training=False)[0]
+                return y if x.shape.rank == 4 else tf.reshape(y, x.shape)
             m, v = _cast(compute, mean, var)
             inv = tf.math.rsqrt(v + self.epsilon) * s  # folded: two passes over X
             return tf.cast(xc * inv + (b - m * inv), x.dtype)
-        batch_mean, batch_var = tf.nn.moments(xc, axes=list(range(x.shape.rank - 1)))
-        y = tf.cast((xc - batch_mean) * (tf.math.rsqrt(batch_var + self.epsilon) * s) + b, x.dtype)
+        wants_statistics = self.node_output_count is not None and self.node_output_count > 1
+        fused = None if wants_statistics else self._fused(x, scale, bias, mean, var)
+        if fused is not None:
+            y, batch_mean, batch_var = fused
+        else:
+            batch_mean, batch_var = tf.nn.moments(xc, axes=list(range(x.shape.rank - 1)))
+            y = tf.cast((xc - batch_mean) * (tf.math.rsqrt(batch_var + self.epsilon) * s) + b, x.dtype)
         new_mean = self.momentum * mean + (1.0 - self.momentum) * tf.cast(batch_mean, mean.dtype)
         new_var = self.momentum * var + (1.0 - self.momentum) * tf.cast(batch_var, var.dtype)
         for state, value in ((mean, new_mean), (var, new_var)):
             if isinstance(state, tf.Variable):
                 state.assign(tf.stop_gradient(value))
-        if self.node_output_count is not None and self.node_output_count > 1:
+        if wants_statistics:
             return y, new_mean, new_var
         return y
+
+    def _fused(self, x, scale, bias, mean, var):
+        """Batch statistics by TensorFlow's fused kernel (``FusedBatchNormV3``: one pass over X forward and one
+        backward, instead of a dozen elementwise and reduction kernels), for float32 inputs and more than one
+        value per channel: ``(Y, batch mean, population variance)``, or None where it does not apply. The kernel
+        normalizes Y by the population variance, as ONNX, and returns the Bessel-corrected one, ``var * M / (M -
+        1)``: scaled back here for the running statistics. Its gradient is Y's through X, scale and B, with the
+        batch statistics -- the expression's (the statistics are outputs of no node here)."""
+        if not _fusable(x, scale, bias, mean, var):
+            return None
+        count = int(np.prod(x.shape.as_list()[:-1], dtype=np.int64))
+        if count < 2:
+            return None
+        empty = tf.constant([], tf.float32)
+        y, batch_mean, corrected, *_ = tf.raw_ops.FusedBatchNormV3(
+            x=_as_4d(x), scale=scale, offset=bias, mean=empty, variance=empty, epsilon=self.epsilon,
+            exponential_avg_factor=1.0, data_format="NHWC", is_training=True)
+        if x.shape.rank != 4:
+            y = tf.reshape(y, x.shape)
+        return y, batch_mean, corrected * ((count - 1) / count)
+
+
+def _fusable(x, *statistics) -> bool:
+    """Whether TensorFlow's fused batch-norm kernel computes BatchNormalization of channels-last ``x`` with these
+    per-channel inputs: all float32 (the kernel's statistics are float32, as the reference's), X's shape known."""
+    return (all(t.dtype == tf.float32 for t in (x, *statistics)) and x.shape.rank is not None
+            and x.shape.rank >= 2 and None not in x.shape.as_list())
+
+
+def _as_4d(x):
+    """Channels-last X as the (N, H, W, C) the fused kernel takes: the statistics are over every axis but C, so
+    (N, spatial..., C) is (N, prod(spatial), 1, C)."""
+    shape = x.shape.as_list()
+    if len(shape) == 4:
+        return x
+    return tf.reshape(x, [shape[0], int(np.prod(shape[1:-1], dtype=np.int64)), 1, shape[-1]])
 
 
 @register("InstanceNormalization")
