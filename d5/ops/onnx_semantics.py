@@ -29,6 +29,7 @@ WindowGeometry(out=(28,), pads_begin=(2,), pads_end=(2,))
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Sequence
 
@@ -217,6 +218,33 @@ def window_geometry(spatial: Sequence[int], kernel: Sequence[int], *, strides: S
                          f"{tuple(out)}), more than d5 supports ({MAX_WINDOW_POSITIONS}); check the 'pads' and "
                          "'strides' attributes")
     return WindowGeometry(tuple(out), tuple(begin), tuple(end))
+
+
+@functools.lru_cache(maxsize=4096)
+def window_sides(op_name: str, spatial: tuple, kernel: tuple, strides: tuple | None, dilations: tuple | None,
+                 pads: tuple | None, auto_pad: str, ceil_mode: bool, clamp_same_pads: bool) -> tuple:
+    """A window operator's geometry as a framework runs it with unpadded ("VALID") windows: ``(geometry, strides,
+    dilations, sides)``, ``sides`` per spatial axis the (begin, end) amounts to pad (negative: crop) X by so that
+    plain stride/dilation windows give exactly ONNX's outputs, ``ceil_mode``'s overhang included. Memoized (a
+    converter meets the same shapes step after step); arguments hashable (tuples, None for the defaults).
+
+    >>> window_sides("MaxPool", (5,), (2,), (2,), None, None, "NOTSET", True, False)[3]
+    ((0, 1),)
+    """
+    rank = len(spatial)
+    strides = strides or (1,) * rank
+    dilations = dilations or (1,) * rank
+    pads = pads or (0,) * (2 * rank)
+    geometry = window_geometry(spatial, kernel, strides=strides, dilations=dilations, pads=pads,
+                               auto_pad=auto_pad, ceil_mode=ceil_mode, clamp_same_pads=clamp_same_pads,
+                               op_name=op_name)
+    sides = []
+    for axis, size in enumerate(spatial):
+        extent = (kernel[axis] - 1) * dilations[axis] + 1
+        needed = (geometry.out[axis] - 1) * strides[axis] + extent
+        begin = geometry.pads_begin[axis]
+        sides.append((begin, needed - size - begin))
+    return geometry, strides, dilations, tuple(sides)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -508,7 +536,7 @@ def split_lengths(op_name: str, dim: int, lengths: Sequence[int] | None, pieces:
 __all__ = ["AUTO_PAD_MODES", "MAX_WINDOW_EXTENT", "MAX_WINDOW_POSITIONS", "TransposedWindowGeometry",
            "WindowGeometry", "as_text", "broadcast_shape", "check_window_attributes", "conv_transpose_geometry",
            "int_tuple", "normalize_axes", "normalize_axis", "not_broadcastable", "optional_input", "reshape_target",
-           "slice_bounds", "split_lengths", "tensor_attribute", "unbroadcast_axes", "window_geometry"]
+           "slice_bounds", "split_lengths", "tensor_attribute", "unbroadcast_axes", "window_geometry", "window_sides"]
 
 
 # -------------------------------------------------------------------------- Resize (separable interpolation)

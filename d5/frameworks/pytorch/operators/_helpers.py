@@ -2,13 +2,12 @@
 ONNX window attributes into explicit (possibly negative) per-side pads for torch."""
 from __future__ import annotations
 
-import functools
 from typing import Any, Sequence
 
 import torch
 
 from d5.errors import ShapeError
-from d5.ops.onnx_semantics import as_text, window_geometry
+from d5.ops.onnx_semantics import as_text, window_sides
 
 # ONNX TensorProto.DataType -> torch dtype (the types torch has).
 _ONNX_DTYPES = {1: torch.float32, 2: torch.uint8, 3: torch.int8, 4: torch.uint16, 5: torch.int16, 6: torch.int32,
@@ -61,27 +60,9 @@ def resolve_pads(op_name: str, spatial: Sequence[int], kernel: Sequence[int], st
         return None if not values else tuple(values)
 
     # torch.compile traces the plain function (it would warn about, and ignore, the cache anyway).
-    resolve = _resolve_pads.__wrapped__ if torch.compiler.is_compiling() else _resolve_pads
+    resolve = window_sides.__wrapped__ if torch.compiler.is_compiling() else window_sides
     return resolve(op_name, tuple(spatial), tuple(kernel), optional(strides), optional(dilations),
                    optional(pads), auto_pad, bool(ceil_mode), bool(clamp_same_pads))
-
-
-@functools.lru_cache(maxsize=4096)
-def _resolve_pads(op_name, spatial, kernel, strides, dilations, pads, auto_pad, ceil_mode, clamp_same_pads):
-    rank = len(spatial)
-    strides = strides or (1,) * rank
-    dilations = dilations or (1,) * rank
-    pads = pads or (0,) * (2 * rank)
-    geometry = window_geometry(spatial, kernel, strides=strides, dilations=dilations, pads=pads,
-                               auto_pad=auto_pad, ceil_mode=ceil_mode, clamp_same_pads=clamp_same_pads,
-                               op_name=op_name)
-    sides = []
-    for axis, size in enumerate(spatial):
-        extent = (kernel[axis] - 1) * dilations[axis] + 1
-        needed = (geometry.out[axis] - 1) * strides[axis] + extent
-        begin = geometry.pads_begin[axis]
-        sides.append((begin, needed - size - begin))
-    return geometry, strides, dilations, tuple(sides)
 
 
 def pad_spatial(x: torch.Tensor, sides: Sequence[tuple[int, int]], value: float = 0.0) -> torch.Tensor:

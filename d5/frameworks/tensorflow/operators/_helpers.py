@@ -2,14 +2,13 @@
 they are known while tracing, as tensors otherwise), and explicit per-side pads for TensorFlow's windows."""
 from __future__ import annotations
 
-import functools
 from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from d5.errors import ShapeError, UnsupportedOperatorError
-from d5.ops.onnx_semantics import as_text, window_geometry
+from d5.ops.onnx_semantics import as_text, window_sides
 
 # ONNX TensorProto.DataType -> TensorFlow dtype (the types TensorFlow has).
 _ONNX_DTYPES = {1: tf.float32, 2: tf.uint8, 3: tf.int8, 4: tf.uint16, 5: tf.int16, 6: tf.int32, 7: tf.int64,
@@ -94,26 +93,8 @@ def resolve_pads(op_name: str, spatial: Sequence[int], kernel: Sequence[int], st
     def optional(values):
         return None if not values else tuple(values)
 
-    return _resolve_pads(op_name, tuple(spatial), tuple(kernel), optional(strides), optional(dilations),
+    return window_sides(op_name, tuple(spatial), tuple(kernel), optional(strides), optional(dilations),
                          optional(pads), auto_pad, bool(ceil_mode), bool(clamp_same_pads))
-
-
-@functools.lru_cache(maxsize=4096)
-def _resolve_pads(op_name, spatial, kernel, strides, dilations, pads, auto_pad, ceil_mode, clamp_same_pads):
-    rank = len(spatial)
-    strides = strides or (1,) * rank
-    dilations = dilations or (1,) * rank
-    pads = pads or (0,) * (2 * rank)
-    geometry = window_geometry(spatial, kernel, strides=strides, dilations=dilations, pads=pads,
-                               auto_pad=auto_pad, ceil_mode=ceil_mode, clamp_same_pads=clamp_same_pads,
-                               op_name=op_name)
-    sides = []
-    for axis, size in enumerate(spatial):
-        extent = (kernel[axis] - 1) * dilations[axis] + 1
-        needed = (geometry.out[axis] - 1) * strides[axis] + extent
-        begin = geometry.pads_begin[axis]
-        sides.append((begin, needed - size - begin))
-    return geometry, strides, dilations, tuple(sides)
 
 
 def pad_sides(x: tf.Tensor, sides: Sequence[tuple[int, int]], first_spatial: int, value: float = 0.0) -> tf.Tensor:
