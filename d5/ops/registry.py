@@ -26,7 +26,9 @@ arguments; missing attributes take the defaults of that version.
 from __future__ import annotations
 
 import bisect
-from typing import Any, Callable, Mapping
+import importlib
+import importlib.util
+from typing import Any, Callable, Mapping, Sequence
 
 from d5.errors import UnsupportedOperatorError
 
@@ -47,6 +49,15 @@ class OperatorRegistry:
         self._loaded = load is None
         # op type -> ([since, ...] ascending, [class, ...] in the same order)
         self._versions: dict[str, tuple[list[int], list[type]]] = {}
+
+    @classmethod
+    def of_package(cls, framework: str, package: str, categories: Sequence[str]) -> "OperatorRegistry":
+        """The registry of a framework's operators package ``package``: importing its modules ``categories``
+        registers their operators, on the first lookup (not when the framework is imported)."""
+        def load() -> None:
+            for name in categories:
+                importlib.import_module(f"{package}.{name}")
+        return cls(framework, load=load)
 
     def register(self, *op_types: str, since: int = 1) -> Callable[[type], type]:
         """Class decorator: make the class the implementation of ``op_types`` from opset ``since`` on."""
@@ -108,3 +119,28 @@ class OperatorRegistry:
         if not self._loaded:
             self._loaded = True  # before loading: the modules' decorators call register, not lookups
             self._load()
+
+
+def present_categories(package: str, categories: Sequence[str]) -> tuple[str, ...]:
+    """The ``categories`` with a module in package ``package`` (a framework has converters for those only; the
+    file names are the reference's), without importing them."""
+    return tuple(name for name in categories if importlib.util.find_spec(f"{package}.{name}") is not None)
+
+
+#: Input shapes a converter keeps shape-derived plans for (see :func:`memoized_plan`).
+MAX_PLANS = 64
+
+
+def memoized_plan(owner: Any, key: Any, make: Callable[..., Any], *args: Any) -> Any:
+    """``make(*args)``, memoized on ``owner`` per ``key`` (the input shapes it depends on): what a converter derives
+    from shapes (window geometry, padding, divisors) is computed once per shape, not at every call or trace; at most
+    :data:`MAX_PLANS` kept, so inputs of ever new shapes do not grow memory."""
+    plans = owner.__dict__.get("_plans")
+    if plans is None:
+        plans = owner.__dict__["_plans"] = {}
+    plan = plans.get(key)
+    if plan is None:
+        if len(plans) >= MAX_PLANS:
+            plans.clear()
+        plan = plans[key] = make(*args)
+    return plan

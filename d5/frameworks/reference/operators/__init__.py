@@ -18,7 +18,6 @@ array([0., 2.])
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any, Mapping
 
 from d5.frameworks.base import OPERATOR_CATEGORIES
@@ -35,14 +34,8 @@ class ReferenceOp(CustomOp):
     has no backward, ``Gradient.ZERO`` where the outputs are locally constant)."""
 
 
-def _load_categories() -> None:
-    # Importing the modules registers their operators; done on first use, not at import of d5.
-    for name in CATEGORIES:
-        importlib.import_module(f"{__name__}.{name}")
-
-
 #: ONNX op type -> reference operator class, by opset.
-REGISTRY = OperatorRegistry("reference", load=_load_categories)
+REGISTRY = OperatorRegistry.of_package("reference", __name__, CATEGORIES)
 
 #: Class decorator: ``@register("Relu")``, ``@register("Softmax", since=13)``.
 register = REGISTRY.register

@@ -24,15 +24,13 @@ spatial activations channels-last between the operators that can take them and c
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from typing import Any, Callable, Mapping
 
 from d5.frameworks.base import OPERATOR_CATEGORIES
-from d5.ops.registry import OperatorRegistry
+from d5.ops.registry import OperatorRegistry, memoized_plan, present_categories
 
 #: The categories this framework has converters for: the OPERATOR_CATEGORIES with a module here (same file names).
-CATEGORIES = tuple(name for name in OPERATOR_CATEGORIES if importlib.util.find_spec(f"{__name__}.{name}") is not None)
+CATEGORIES = present_categories(__name__, OPERATOR_CATEGORIES)
 
 
 class TFOp:
@@ -86,29 +84,11 @@ class TFOp:
     def planned(self, key: Any, make: Callable[..., Any], *args: Any) -> Any:
         """``make(*args)``, memoized per ``key`` (the static input shapes it depends on): window geometry,
         padding and other shape-derived plans are computed once per shape, not at every trace or eager call."""
-        plans = self.__dict__.get("_plans")
-        if plans is None:
-            plans = self.__dict__["_plans"] = {}
-        plan = plans.get(key)
-        if plan is None:
-            if len(plans) >= _MAX_PLANS:  # inputs of ever new shapes: keep memory bounded
-                plans.clear()
-            plan = plans[key] = make(*args)
-        return plan
-
-
-#: Shapes a converter keeps plans for (see TFOp.planned).
-_MAX_PLANS = 64
-
-
-def _load_categories() -> None:
-    # Importing the modules registers their converters; done on first lookup, not at import of the framework.
-    for name in CATEGORIES:
-        importlib.import_module(f"{__name__}.{name}")
+        return memoized_plan(self, key, make, *args)
 
 
 #: ONNX op type -> converter class, by opset.
-REGISTRY = OperatorRegistry("tensorflow", load=_load_categories)
+REGISTRY = OperatorRegistry.of_package("tensorflow", __name__, CATEGORIES)
 
 #: Class decorator: ``@register("Relu")``, ``@register("Softmax", since=13)``.
 register = REGISTRY.register
