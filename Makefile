@@ -50,13 +50,15 @@ conformance: $(STAMP)
 	  --markdown results/conformance-pytorch.md
 	$(PY) -m d5.bench.conformance --framework tensorflow --output results/conformance-tensorflow.json \
 	  --markdown results/conformance-tensorflow.md
+	$(PY) -m d5.bench.conformance --framework mxnet --output results/conformance-mxnet.json \
+	  --markdown results/conformance-mxnet.md
 
 # Every public architecture of tests/frameworks/pytorch/public_models.py exported from torch to ONNX and
-# trained through d5's PyTorch and TensorFlow frameworks (make test runs a representative few); the table (PyTorch)
+# trained through d5's PyTorch, TensorFlow and MXNet frameworks (make test runs a representative few); the table (PyTorch)
 # goes to results/public_models.md.
 public-models: $(STAMP)
 	D5_ALL_PUBLIC_MODELS=1 $(PY) -m pytest -q -p no:cacheprovider tests/frameworks/pytorch/test_public_models.py \
-	  tests/frameworks/tensorflow/test_public_models.py
+	  tests/frameworks/tensorflow/test_public_models.py tests/frameworks/mxnet/test_public_models.py
 	$(PY) benchmarks/public_models.py
 
 # The long adversarial campaign of tests/fuzz/ (make test runs a fast subset): every case runs in a worker
@@ -70,6 +72,7 @@ bench: $(STAMP) data
 	$(PY) benchmarks/batch1_latency.py
 	$(PY) benchmarks/nms.py
 	$(PY) benchmarks/frameworks.py
+	$(PY) benchmarks/framework_table.py
 	$(PY) benchmarks/data_pipeline.py
 	$(PY) benchmarks/training_overhead.py
 	$(PY) benchmarks/sweep_overhead.py

@@ -16,7 +16,10 @@ cores with torch's), for the side-by-side images/s table. ``native-tf`` is the l
 same architecture in Keras layers, channels-last, a ``tf.function`` step with ``GradientTape`` and Keras SGD with
 momentum; ``model(x, training=False)`` in a ``tf.function`` for inference) and ``d5-tensorflow`` is
 ``d5.frameworks.tensorflow.from_model`` with its ``MomentumOptimizer``; the two alternate in a process of their own
-(``--frameworks``), with TensorFlow's default threads (one per core, as torch's).
+(``--frameworks``), with TensorFlow's default threads (one per core, as torch's). ``native-mx`` is the loop a Gluon
+user writes (the same architecture as a hybridized HybridBlock with static allocation, ``gluon.Trainer`` SGD with
+momentum, ``step(1)`` on the mean loss) and ``d5-mxnet`` is ``d5.frameworks.mxnet.from_model`` with its
+``MomentumOptimizer``, both timed to ``mx.nd.waitall()``, alternating in a process of their own.
 
 Host memory: building a d5 pytorch executor raises glibc's malloc thresholds once per process
 (``d5.frameworks.allocator``), so the native loop, in the same process, runs with them too and the ratio is
@@ -52,6 +55,10 @@ LR, MOMENTUM = 0.1, 0.9
 TARGETS = {"resnet44_train": 1.03, "lenet5_train": 1.05, "resnet44_infer": 1.03}
 #: d5-tensorflow step time / the hand-written TensorFlow loop's at most this (issue 20).
 TF_TARGETS = {"resnet44_train": 1.05, "lenet5_train": 1.05, "resnet44_infer": 1.05}
+#: d5-mxnet step time / the hand-written Gluon loop's at most this (issue 20).
+MX_TARGETS = {"resnet44_train": 1.05, "lenet5_train": 1.05, "resnet44_infer": 1.05}
+#: The frameworks measured in processes of their own: their hand-written loop's variant name and d5's targets.
+OTHER_FRAMEWORKS = {"tensorflow": ("native-tf", TF_TARGETS), "mxnet": ("native-mx", MX_TARGETS)}
 WORKLOADS = {"resnet44_train": ("resnet44", True), "lenet5_train": ("lenet5", True),
              "resnet44_infer": ("resnet44", False)}
 #: Rounds per workload: LeNet-5's 5 ms steps afford five times ResNet-44's rounds in a fraction of its time, and
@@ -170,6 +177,82 @@ def native_tf_step(name: str, train: bool) -> Callable[[], None]:
     return lambda: step(x, y).numpy()
 
 
+def native_mx_model(name: str):
+    """The architecture of ``d5.models`` ``name`` as a Gluon user writes it: a HybridBlock of Gluon layers (NCHW),
+    BatchNorm with PyTorch's momentum and epsilon, hybridized with static allocation and static shapes."""
+    import d5.frameworks as frameworks
+
+    frameworks.require_installed("mxnet")
+    import mxnet as mx
+    from mxnet.gluon import nn
+
+    mx.random.seed(0)
+    if name == "lenet5":
+        net = nn.HybridSequential()
+        net.add(nn.Conv2D(6, 5, padding=2, activation="relu"), nn.MaxPool2D(2), nn.Conv2D(16, 5, activation="relu"),
+                nn.MaxPool2D(2), nn.Flatten(), nn.Dense(120, activation="relu"), nn.Dense(84, activation="relu"),
+                nn.Dense(10))
+    else:
+        class Block(nn.HybridBlock):
+            def __init__(self, cin: int, cout: int, stride: int) -> None:
+                super().__init__()
+                self.cin, self.cout, self.stride = cin, cout, stride
+                self.body = nn.HybridSequential()
+                self.body.add(nn.Conv2D(cout, 3, stride, 1, use_bias=False), nn.BatchNorm(momentum=0.9, epsilon=1e-5),
+                              nn.Activation("relu"), nn.Conv2D(cout, 3, 1, 1, use_bias=False),
+                              nn.BatchNorm(momentum=0.9, epsilon=1e-5))
+
+            def hybrid_forward(self, F, x):
+                shortcut = x
+                if self.stride != 1 or self.cin != self.cout:  # option A: subsample, pad the channels with zeros
+                    shortcut = F.slice(x, begin=(None, None, None, None), end=(None, None, None, None),
+                                       step=(1, 1, self.stride, self.stride))
+                    shortcut = F.concat(shortcut, F.zeros_like(shortcut), dim=1)
+                return F.Activation(self.body(x) + shortcut, act_type="relu")  # as Gluon's model zoo writes it
+
+        net = nn.HybridSequential()
+        net.add(nn.Conv2D(16, 3, 1, 1, use_bias=False), nn.BatchNorm(momentum=0.9, epsilon=1e-5), nn.Activation("relu"))
+        cin = 16
+        for stage, cout in enumerate((16, 32, 64)):
+            for index in range(7):
+                net.add(Block(cin, cout, 2 if stage and not index else 1))
+                cin = cout
+        net.add(nn.GlobalAvgPool2D(), nn.Flatten(), nn.Dense(10))
+    net.initialize(mx.init.Xavier())
+    net.hybridize(static_alloc=True, static_shape=True)
+    shape = (BATCH, 1, 28, 28) if name == "lenet5" else (BATCH, 3, 32, 32)
+    net(mx.nd.zeros(shape))  # the parameters' shapes (deferred initialization)
+    return net
+
+
+def native_mx_step(name: str, train: bool) -> Callable[[], None]:
+    """The loop a Gluon user writes: ``autograd.record`` around the hybridized block and
+    ``SoftmaxCrossEntropyLoss``, ``backward``, ``gluon.Trainer`` SGD with momentum, ``step(1)`` on the batch's mean
+    loss, the loss read each step as a logging loop does; each step timed to ``mx.nd.waitall()`` (MXNet's engine
+    is asynchronous)."""
+    model = native_mx_model(name)  # imports MXNet (with the numpy.bool alias it needs)
+    import mxnet as mx
+
+    data = batch(name)
+    x, y = mx.nd.array(data["input"]), mx.nd.array(data["label"], dtype="int64")
+    if not train:
+        def infer() -> None:
+            model(x).asnumpy()
+            mx.nd.waitall()
+        return infer
+    loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+    trainer = mx.gluon.Trainer(model.collect_params(), "sgd", {"learning_rate": LR, "momentum": MOMENTUM})
+
+    def step() -> None:
+        with mx.autograd.record():
+            loss = loss_fn(model(x), y).mean()
+        loss.backward()
+        trainer.step(1)
+        loss.asscalar()
+        mx.nd.waitall()
+    return step
+
+
 def d5_model(name: str) -> d5.Network:
     return d5.models.lenet5(seed=0) if name == "lenet5" else d5.models.resnet(44, seed=0)
 
@@ -216,14 +299,22 @@ def d5_step(framework: str, name: str, train: bool, compile: bool = False) -> Ca
 
         executor = fw.from_model(d5_model(name), compile=compile)
         optimizer = fw.MomentumOptimizer(executor, LR, MOMENTUM) if train else None
-    elif framework == "tensorflow":
-        import d5.frameworks.tensorflow as fw
+    elif framework in ("tensorflow", "mxnet"):
+        import importlib
 
+        fw = importlib.import_module(f"d5.frameworks.{framework}")
         executor = fw.from_model(d5_model(name))
         optimizer = fw.MomentumOptimizer(executor, LR, MOMENTUM) if train else None
     else:
         executor = d5.frameworks.reference.from_model(d5_model(name))
         optimizer = d5.MomentumOptimizer(executor, LR, MOMENTUM) if train else None
+    if framework == "mxnet":  # timed to the end of the engine's work, as the Gluon loop is
+        import mxnet as mx
+
+        if not train:
+            feeds = {"input": data["input"]}
+            return lambda: (executor.inference(feeds), mx.nd.waitall())
+        return lambda: (optimizer.step(data), mx.nd.waitall())
     if not train:
         feeds = {"input": data["input"]}
         return lambda: executor.inference(feeds)
@@ -236,6 +327,9 @@ def count_parameters_equal(name: str, framework: str = "pytorch") -> bool:
     ours = sum(network.params[p].size for p in network.get_params())
     if framework == "tensorflow":
         return ours == sum(int(np.prod(v.shape)) for v in native_tf_model(name).trainable_variables)
+    if framework == "mxnet":
+        return ours == sum(int(np.prod(p.shape)) for p in native_mx_model(name).collect_params().values()
+                           if p.grad_req != "null")
     return ours == sum(p.numel() for p in native_model(name).parameters())
 
 
@@ -249,6 +343,9 @@ def measure_workload(workload: str, rounds: int, block: int, warmup: int,
     if framework == "tensorflow":  # a process of its own: TensorFlow's and torch's thread pools never overlap
         steps = {"native-tf": native_tf_step(name, train), "d5-tensorflow": d5_step("tensorflow", name, train)}
         return alternate(steps, rounds, block, warmup, f"{workload} (tensorflow)")
+    if framework == "mxnet":
+        steps = {"native-mx": native_mx_step(name, train), "d5-mxnet": d5_step("mxnet", name, train)}
+        return alternate(steps, rounds, block, warmup, f"{workload} (mxnet)")
     steps = {"native": native_step(name, train), "d5-pytorch": d5_step("pytorch", name, train)}
     samples = alternate(steps, rounds, block, warmup, workload)
     if compile:
@@ -272,7 +369,7 @@ def bar_chart(throughput: dict[str, dict[str, float]], path: str) -> None:
 
     workloads = list(throughput)
     variants = sorted({v for row in throughput.values() for v in row}, key=["native", "d5-pytorch",
-                      "d5-pytorch-compiled", "native-tf", "d5-tensorflow", "d5-reference"].index)
+                      "d5-pytorch-compiled", "native-tf", "d5-tensorflow", "native-mx", "d5-mxnet", "d5-reference"].index)
     figure = Figure(figsize=(8, 4), dpi=100)
     axes = figure.add_subplot()
     width = 0.8 / len(variants)
@@ -323,9 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="few samples: a smoke run, not a result")
     parser.add_argument("--output", default="results/frameworks.json")
     parser.add_argument("--chart", default="results/frameworks.png")
-    parser.add_argument("--frameworks", nargs="+", default=[f for f in ("pytorch", "tensorflow")
+    parser.add_argument("--frameworks", nargs="+", default=[f for f in ("pytorch", *OTHER_FRAMEWORKS)
                                                                 if f in d5.frameworks.available()],
-                        choices=["pytorch", "tensorflow"], help="whose hand-written loops to compare d5 with")
+                        choices=["pytorch", *OTHER_FRAMEWORKS], help="whose hand-written loops to compare d5 with")
     parser.add_argument("--worker", choices=list(WORKLOADS), help=argparse.SUPPRESS)
     parser.add_argument("--worker-framework", default="pytorch", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -346,8 +443,10 @@ def main(argv: list[str] | None = None) -> int:
         if not count_parameters_equal(name):
             raise SystemExit(f"{workload}: the native model is not the d5 model's architecture")
         figures[workload], throughput[workload], all_samples[workload] = {}, {}, {}
-        if "tensorflow" in args.frameworks:
-            measure_tensorflow(workload, args, figures[workload], throughput[workload], all_samples[workload])
+        for framework in OTHER_FRAMEWORKS:
+            if framework in args.frameworks:
+                measure_other(framework, workload, args, figures[workload], throughput[workload],
+                              all_samples[workload])
         if "pytorch" not in args.frameworks:
             continue
         per_round = measure_in_fresh_process(workload, args)
@@ -393,28 +492,31 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown_table([{"workload": w, **{k: f"{v:.1f}" for k, v in row.items()}} for w, row in throughput.items()]))
     print(f"wrote {path} and {args.chart}")
     return 0 if all(figures[w].get("met", True) and figures[w].get("met_tensorflow", True)
-                    for w in args.workloads) else 1
+                    and figures[w].get("met_mxnet", True) for w in args.workloads) else 1
 
 
-def measure_tensorflow(workload: str, args: argparse.Namespace, row: dict, throughput: dict, samples: dict) -> None:
-    """d5's TensorFlow framework against the hand-written TensorFlow loop, in a process of their own."""
+def measure_other(framework: str, workload: str, args: argparse.Namespace, row: dict, throughput: dict,
+                  samples: dict) -> None:
+    """d5's ``framework`` (TensorFlow, MXNet) against that framework's hand-written loop, in a process of their
+    own."""
     name, _ = WORKLOADS[workload]
-    if not count_parameters_equal(name, "tensorflow"):
-        raise SystemExit(f"{workload}: the Keras model is not the d5 model's architecture")
-    per_round = measure_in_fresh_process(workload, args, "tensorflow")
+    native, targets = OTHER_FRAMEWORKS[framework]
+    if not count_parameters_equal(name, framework):
+        raise SystemExit(f"{workload}: the hand-written {framework} model is not the d5 model's architecture")
+    per_round = measure_in_fresh_process(workload, args, framework)
     flat_samples = {variant: flat(blocks) for variant, blocks in per_round.items()}
     samples.update(flat_samples)
-    paired = paired_ratio(per_round["d5-tensorflow"], per_round["native-tf"])
-    row.update({"native_tf_step_s": summarize(flat_samples["native-tf"]),
-                "d5_tensorflow_step_s": summarize(flat_samples["d5-tensorflow"]),
-                "ratio_d5_tensorflow_over_native_tf": paired,
-                "unpaired_ratio_d5_tensorflow_over_native_tf": compare(flat_samples["d5-tensorflow"],
-                                                                       flat_samples["native-tf"]),
-                "target_tensorflow_at_most": TF_TARGETS[workload],
-                "met_tensorflow": bool(paired.median <= TF_TARGETS[workload])})
+    ours, key = f"d5-{framework}", native.replace("-", "_")
+    paired = paired_ratio(per_round[ours], per_round[native])
+    row.update({f"{key}_step_s": summarize(flat_samples[native]),
+                f"d5_{framework}_step_s": summarize(flat_samples[ours]),
+                f"ratio_d5_{framework}_over_{key}": paired,
+                f"unpaired_ratio_d5_{framework}_over_{key}": compare(flat_samples[ours], flat_samples[native]),
+                f"target_{framework}_at_most": targets[workload],
+                f"met_{framework}": bool(paired.median <= targets[workload])})
     throughput.update({v: images_per_second(s) for v, s in flat_samples.items()})
-    print(f"{workload}: d5-tensorflow / native-tf = {paired.median:.3f} [{paired.ci_low:.3f}, {paired.ci_high:.3f}] "
-          f"(paired over {len(per_round['native-tf'])} rounds) target <= {TF_TARGETS[workload]}", flush=True)
+    print(f"{workload}: {ours} / {native} = {paired.median:.3f} [{paired.ci_low:.3f}, {paired.ci_high:.3f}] "
+          f"(paired over {len(per_round[native])} rounds) target <= {targets[workload]}", flush=True)
 
 
 if __name__ == "__main__":

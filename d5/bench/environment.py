@@ -233,8 +233,8 @@ def thread_pools(import_frameworks: bool = False) -> dict:
     or, with ``import_frameworks=True``, loadable (``d5 info``); otherwise a word saying why there is no number.
     ``variables``: the thread environment variables (:data:`THREAD_VARIABLES`) that are set.
 
-    >>> sorted(thread_pools())[:2]
-    ['pools', 'reference']
+    >>> {"pools", "reference", "variables"} <= set(thread_pools())
+    True
     """
     from d5.frameworks import FRAMEWORKS, available
 

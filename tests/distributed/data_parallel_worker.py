@@ -36,6 +36,9 @@ CONFIGS = {
     "tensorflow-momentum-tiny": ("tensorflow", "MomentumOptimizer", MOMENTUM, {"bucket_mb": TINY}),
     "tensorflow-adam-big": ("tensorflow", "AdamOptimizer", {"lr": 0.01}, {}),
     "tensorflow-clipped": ("tensorflow", "MomentumOptimizer", {**MOMENTUM, "clip_norm": 0.05}, {"bucket_mb": TINY}),
+    "mxnet-momentum-tiny": ("mxnet", "MomentumOptimizer", MOMENTUM, {"bucket_mb": TINY}),
+    "mxnet-adam-big": ("mxnet", "AdamOptimizer", {"lr": 0.01}, {}),
+    "mxnet-clipped": ("mxnet", "MomentumOptimizer", {**MOMENTUM, "clip_norm": 0.05}, {"bucket_mb": TINY}),
 }
 CONFIGS = {name: config for name, config in CONFIGS.items() if config[0] in d5.frameworks.available()}
 #: The frameworks the configurations train (those installed here).

@@ -107,7 +107,7 @@ def test_the_hooks_start_the_buckets_during_backward_only_with_overlap(job):
         for config in ("pytorch-momentum-serial-tiny", "pytorch-adam-serial-big", "reference-momentum-tiny"):
             assert stats[config]["early_buckets"] == 0, config
         for config, (framework, *_) in worker.CONFIGS.items():
-            if framework == "tensorflow":  # no per-parameter hooks: overlap is off, whatever was asked
+            if framework in ("tensorflow", "mxnet"):  # no per-parameter hooks: overlap is off, whatever was asked
                 assert stats[config]["early_buckets"] == 0 and not stats[config]["overlap"], config
         assert all(stats[config]["steps"] == steps for config in worker.CONFIGS)
 
@@ -198,7 +198,7 @@ def test_the_layout_is_reverse_order_buckets_of_at_most_bucket_mb():
         BucketLayout(["i"], [(3,)], ["int64"])
 
 
-@pytest.mark.parametrize("framework", ["reference", "pytorch", "tensorflow"])
+@pytest.mark.parametrize("framework", ["reference", "pytorch", "tensorflow", "mxnet"])
 def test_on_one_rank_the_wrapper_steps_like_the_optimizer(framework):
     fw = reference if framework == "reference" else pytest.importorskip(f"d5.frameworks.{framework}")
     plain, wrapped = fw.from_model(worker.network()), fw.from_model(worker.network())
@@ -214,10 +214,10 @@ def test_on_one_rank_the_wrapper_steps_like_the_optimizer(framework):
     optimizer.close()
 
 
-@pytest.mark.parametrize("case", ["reference", "pytorch", "pytorch-copy-back", "tensorflow"])
+@pytest.mark.parametrize("case", ["reference", "pytorch", "pytorch-copy-back", "tensorflow", "mxnet"])
 def test_the_averages_are_the_gradients_the_update_reads(case, monkeypatch):
     """Through every way the averages reach the optimizer: fed back (reference; TensorFlow, as the pass's gradient
-    tensors), param.grad as a view of its bucket (PyTorch on the CPU), copied back into param.grad (PyTorch off the
+    tensors; MXNet, into the gradient buffers), param.grad as a view of its bucket (PyTorch on the CPU), copied back into param.grad (PyTorch off the
     CPU, simulated here)."""
     if case == "reference":
         fw = reference
@@ -262,12 +262,12 @@ def test_the_wrapper_is_an_optimizer_with_the_optimizers_hyperparameters():
         optimizer.step(BATCH)
 
 
-@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "mxnet"])
 def test_the_native_hook_is_set_while_wrapped_and_refuses_a_step_around_the_wrapper(framework):
     fw = pytest.importorskip(f"d5.frameworks.{framework}")
     executor = fw.from_model(worker.network())
     native = fw.MomentumOptimizer(executor, lr=0.1)
-    params = executor.network.trainable()[1] if framework == "pytorch" else []  # TensorFlow has no hooks to count
+    params = executor.network.trainable()[1] if framework == "pytorch" else []  # TF, MXNet: no hooks to count
     assert type(native).gradient_hook is None and "gradient_hook" not in vars(native)
     optimizer = DataParallel(native, OneRank())
     assert native.gradient_hook is not None

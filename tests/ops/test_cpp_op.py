@@ -148,6 +148,11 @@ def call_bridge(framework, op, *arrays):
         import tensorflow as tf
 
         return bridge(*[tf.constant(a) for a in arrays])
+    if framework.NAME == "mxnet":
+        from d5.frameworks.mxnet.tensors import as_mx_value
+
+        outputs = bridge.eager([as_mx_value(a) for a in arrays])
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
     return bridge.forward(list(arrays))
 
 
@@ -172,6 +177,19 @@ def test_ipowop_runs_in_every_framework_with_autograd(ipowop, framework):
             total = tf.reduce_sum(y * 2)
         np.testing.assert_allclose(y.numpy(), x ** 3, rtol=1e-6)
         np.testing.assert_allclose(tape.gradient(total, t).numpy(), 6 * x ** 2, rtol=1e-6)
+    elif framework.NAME == "mxnet":
+        import mxnet as mx
+
+        from d5.frameworks.mxnet.tensors import as_mx_value
+
+        t = as_mx_value(x)
+        t.attach_grad()
+        with mx.autograd.record():
+            (y,) = framework.custom_op(ipowop).eager([t])
+            total = (y * 2).sum()
+        total.backward()
+        np.testing.assert_allclose(y.asnumpy(), x ** 3, rtol=1e-6)
+        np.testing.assert_allclose(t.grad.asnumpy(), 6 * x ** 2, rtol=1e-6)
     else:
         assert framework.custom_op(ipowop) is ipowop
     assert "cpp" in framework.CAPABILITIES.custom_ops
