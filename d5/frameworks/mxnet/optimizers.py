@@ -53,6 +53,8 @@ class _State:
         self.slots = slots
         #: Whether a lazily created slot has started.
         self.flags = flags
+        #: The parameters' positions by dtype, in chunks of at most _GROUP (MXNet's multi-tensor kernels).
+        self.chunks = _chunks(tuple(np.dtype(param.dtype) for param in params))
 
 
 class _MXOptimizer(NativeOptimizer):
@@ -165,15 +167,19 @@ def _momentum(v: Mapping[str, Any], param: mx.nd.NDArray, buffer: mx.nd.NDArray,
 _GROUP = 45
 
 
-def _groups(params: list[mx.nd.NDArray], *others: list[mx.nd.NDArray]):
-    """(params, *others) in chunks of at most _GROUP parameters of one dtype (one multi-tensor kernel call each)."""
+def _groups(chunks: list[list[int]], params: list[mx.nd.NDArray], *others: list[mx.nd.NDArray]):
+    """(params, *others) in the ``chunks`` of :func:`_chunks` (one multi-tensor kernel call each)."""
+    for chunk in chunks:
+        yield [params[i] for i in chunk], *[[other[i] for i in chunk] for other in others]
+
+
+def _chunks(dtypes: tuple[np.dtype, ...]) -> list[list[int]]:
+    """The positions of the parameters of ``dtypes`` by dtype, in chunks of at most _GROUP."""
     by_dtype: dict[Any, list[int]] = {}
-    for index, param in enumerate(params):
-        by_dtype.setdefault(np.dtype(param.dtype), []).append(index)
-    for indices in by_dtype.values():
-        for start in range(0, len(indices), _GROUP):
-            chunk = indices[start:start + _GROUP]
-            yield [params[i] for i in chunk], *[[other[i] for i in chunk] for other in others]
+    for index, dtype in enumerate(dtypes):
+        by_dtype.setdefault(dtype, []).append(index)
+    return [indices[start:start + _GROUP] for indices in by_dtype.values()
+            for start in range(0, len(indices), _GROUP)]
 
 
 def _fusable(params: list[mx.nd.NDArray]) -> bool:
@@ -193,7 +199,7 @@ class GradientDescent(_MXOptimizer):
             super().apply(v, step, params, grads)
             return
         lr, decay = v["lr"], v["weight_decay"] or 0.0
-        for weights, gradients in _groups(params, grads):
+        for weights, gradients in _groups(self.native.chunks, params, grads):
             count = len(weights)
             mx.nd.multi_sgd_update(*[a for pair in zip(weights, gradients) for a in pair], lrs=(lr,) * count,
                                    wds=(decay,) * count, num_weights=count, out=weights)
@@ -238,7 +244,7 @@ class MomentumOptimizer(_MXOptimizer):
                 buffer *= lr / scale
         native.scale = lr
         momentum, decay = v["momentum"], v["weight_decay"] or 0.0
-        for weights, gradients, moms in _groups(params, grads, buffers):
+        for weights, gradients, moms in _groups(native.chunks, params, grads, buffers):
             count = len(weights)
             mx.nd.multi_sgd_mom_update(*[a for triple in zip(weights, gradients, moms) for a in triple],
                                        lrs=(lr,) * count, wds=(decay,) * count, momentum=momentum,

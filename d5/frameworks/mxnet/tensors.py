@@ -11,10 +11,12 @@ a fed array is copied in (``mx.nd.from_numpy(zero_copy=True)`` would mark the ca
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import mxnet as mx
 import numpy as np
+from mxnet.ndarray.ndarray import _new_alloc_handle
 
 from d5.frameworks.mxnet.operators._helpers import HELD_DTYPES
 
@@ -59,21 +61,23 @@ def as_mx_value(value: Any, context: mx.Context | None = None) -> Any:
 
 
 def to_ndarray(array: np.ndarray, context: mx.Context | None = None) -> mx.nd.NDArray:
-    """A NumPy array (0-d included) as a new NDArray of its dtype, one copy: a NumPy copy that MXNet then holds
-    through DLPack (``mx.nd.from_numpy(zero_copy=True)``, which marks that copy, not the caller's array,
-    read-only). Not ``NDArray._sync_copyfrom``: it waits for MXNet's engine thread to wake up, milliseconds on a
-    busy machine; nor ``mx.nd.array``, which asks SciPy whether the value is a sparse matrix through a deprecated
-    namespace (a DeprecationWarning on every call)."""
-    array = np.array(array, order="C", copy=True)  # a 0-d array stays 0-d (np.ascontiguousarray would not)
+    """A NumPy array (0-d included) as a new NDArray of its dtype, one copy: into a freshly allocated CPU NDArray,
+    by ``memmove`` into its buffer (nothing can be reading or writing a new array). Not ``NDArray._sync_copyfrom``:
+    it waits for MXNet's engine thread to wake up, milliseconds on a busy machine; nor ``mx.nd.array``, which asks
+    SciPy whether the value is a sparse matrix through a deprecated namespace (a DeprecationWarning every call)."""
+    array = np.array(array, order="C", copy=False)  # a 0-d array stays 0-d (np.ascontiguousarray would not)
     if array.dtype.name == "bfloat16":
         array = array.view(np.uint16).view(MX_BFLOAT16)
     with mx.util.np_shape(True):
-        if (context is None or context.device_type == "cpu") and array.dtype.kind in "fiu":
-            try:
-                return mx.nd.from_numpy(array, zero_copy=True)
-            except (TypeError, ValueError, mx.base.MXNetError):  # a dtype DLPack's bridge refuses (int8)
-                pass
-        result = mx.nd.empty(array.shape, ctx=context or mx.cpu(), dtype=array.dtype)
+        if context is None or context.device_type == "cpu":
+            handle = _new_alloc_handle(array.shape, context or mx.cpu(), False, array.dtype)
+            result = mx.nd.NDArray(handle)
+            if array.nbytes:
+                data = ctypes.c_void_p()
+                mx.base.check_call(mx.base._LIB.MXNDArrayGetData(handle, ctypes.byref(data)))
+                ctypes.memmove(data, array.ctypes.data, array.nbytes)
+            return result
+        result = mx.nd.empty(array.shape, ctx=context, dtype=array.dtype)
         result._sync_copyfrom(array)
     return result
 
