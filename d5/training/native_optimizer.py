@@ -138,6 +138,28 @@ class NativeOptimizer(Optimizer):
     def load_native_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`native_state_dict` returned (``state`` is the whole :meth:`state_dict`)."""
 
+    def saved_slots(self, state: Mapping[str, Any], slot_names: tuple[str, ...], flag_names: tuple[str, ...]
+                    ) -> tuple[list[dict[str, Any]], dict[str, bool]]:
+        """The per-parameter slots (one dict per parameter, ``param_names`` order, each with every slot of
+        ``slot_names``) and the flags of a framework's slot state as its ``native_state_dict`` wrote it
+        (``{"state": {param: {slot: array}}, "flags": {flag: bool}}``); a CheckpointError naming what is missing
+        otherwise. Frameworks whose optimizers keep one array per parameter and slot (TensorFlow, MXNet) read
+        their states with it."""
+        name = type(self).__name__
+        saved, flags = state.get("state"), state.get("flags")
+        if not isinstance(saved, Mapping) or not isinstance(flags, Mapping) or set(flags) != set(flag_names):
+            raise CheckpointError(f"{name}.load_state_dict: the state has no {self.framework} optimizer state of a "
+                                  f"{name} (its 'state' and 'flags'); restore the state_dict() of the same optimizer")
+        entries = []
+        for param in self.param_names:
+            entry = saved.get(param, {})
+            missing = [slot for slot in slot_names if slot not in entry]
+            if missing:
+                raise CheckpointError(f"{name}.load_state_dict: the state of parameter {param!r} lacks {missing}; "
+                                      "restore the state_dict() of the same optimizer")
+            entries.append(entry)
+        return entries, {flag: bool(value) for flag, value in flags.items()}
+
     # -- hyper-parameters: held by the detached reference optimizer
     @property
     def lr(self) -> float:  # type: ignore[override]

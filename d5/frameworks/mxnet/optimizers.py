@@ -31,7 +31,6 @@ from typing import Any, ClassVar, Mapping
 import mxnet as mx
 import numpy as np
 
-from d5.errors import CheckpointError
 from d5.frameworks.mxnet.tensors import to_numpy
 from d5.training import optimizers as d5_optimizers
 from d5.training.native_optimizer import NativeOptimizer
@@ -112,21 +111,12 @@ class _MXOptimizer(NativeOptimizer):
                 "flags": dict(native.flags)}
 
     def load_native_state_dict(self, state: Mapping[str, Any]) -> None:
-        native, name = self.native, type(self).__name__
-        saved, flags = state.get("state"), state.get("flags")
-        if not isinstance(saved, Mapping) or not isinstance(flags, Mapping) or set(flags) != set(self.flag_names):
-            raise CheckpointError(f"{name}.load_state_dict: the state has no MXNet optimizer state of a {name} (its "
-                                  "'state' and 'flags'); restore the state_dict() of the same optimizer")
-        for index, param in enumerate(self.param_names):
-            entry = saved.get(param, {})
-            missing = [slot for slot in self.slot_names if slot not in entry]
-            if missing:
-                raise CheckpointError(f"{name}.load_state_dict: the state of parameter {param!r} lacks {missing}; "
-                                      "restore the state_dict() of the same optimizer")
+        native = self.native
+        entries, native.flags = self.saved_slots(state, self.slot_names, self.flag_names)
+        for index, entry in enumerate(entries):
             for slot in self.slot_names:
                 array = native.slots[slot][index]
                 array._sync_copyfrom(np.ascontiguousarray(entry[slot], dtype=array.dtype))
-        native.flags = {flag: bool(value) for flag, value in flags.items()}
 
     # -- what a subclass writes
     def apply(self, v: Mapping[str, Any], step: int, params: list[mx.nd.NDArray], grads: list[mx.nd.NDArray]) -> None:

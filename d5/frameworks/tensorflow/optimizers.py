@@ -45,7 +45,6 @@ from typing import Any, Callable, ClassVar, Mapping
 import numpy as np
 import tensorflow as tf
 
-from d5.errors import CheckpointError
 from d5.training import optimizers as d5_optimizers
 from d5.training.native_optimizer import NativeOptimizer
 
@@ -196,24 +195,16 @@ class _TFOptimizer(NativeOptimizer):
                 "flags": dict(native.flags)}
 
     def load_native_state_dict(self, state: Mapping[str, Any]) -> None:
-        native, name = self.native, type(self).__name__
-        saved, flags = state.get("state"), state.get("flags")
-        if not isinstance(saved, Mapping) or not isinstance(flags, Mapping) or set(flags) != set(self.flag_names):
-            raise CheckpointError(f"{name}.load_state_dict: the state has no TensorFlow optimizer state of a {name} "
-                                  "(its 'state' and 'flags'); restore the state_dict() of the same optimizer")
-        for index, param in enumerate(self.param_names):
-            entry = saved.get(param, {})
-            missing = [slot for slot in self.slot_names if slot not in entry]
-            if missing:
-                raise CheckpointError(f"{name}.load_state_dict: the state of parameter {param!r} lacks {missing}; "
-                                      "restore the state_dict() of the same optimizer")
+        native = self.native
+        entries, flags = self.saved_slots(state, self.slot_names, self.flag_names)
+        for index, entry in enumerate(entries):
             for slot in self.slot_names:
                 variable = native.slots[slot][index]
                 started = flags.get(slot, True)
                 # a slot not started is zeros (the fused kernels start the momentum buffer from there)
                 value = entry[slot] if started else np.zeros(variable.shape)
                 variable.assign(np.asarray(value, dtype=variable.dtype.as_numpy_dtype))
-        native.flags = {flag: bool(value) for flag, value in flags.items()}
+        native.flags = flags
         native.current = None
 
     # -- the structures
