@@ -346,6 +346,38 @@ class BucketReducer:
         self.last_wait = self.wait_seconds = self.last_finish = self.finish_seconds = 0.0
 
 
+class PassBuckets(BucketReducer):
+    """The buckets of a framework without per-gradient hooks (TensorFlow, MXNet): the gradients of the pass -- the
+    network's pass tensors, named by ``trainable()`` -- are copied in after it (``fill``), so nothing overlaps the
+    backward pass (``overlap`` is accepted for the common signature and is always off). A framework writes
+    :meth:`host_values` (a gradient's values as NumPy) and ``write_back``; ``dtypes`` are the parameters' NumPy
+    dtypes."""
+
+    def __init__(self, network: Any, comm: Any, bucket_mb: float, compression: Any, dtypes: Sequence[Any]) -> None:
+        names = list(network.get_params())
+        gradient_names, params = network.trainable()
+        super().__init__(names, [tuple(param.shape) for param in params], dtypes, comm, bucket_mb, False, compression)
+        self.network = network
+        self.gradient_names = list(gradient_names)
+
+    def host_values(self, grad: Any) -> np.ndarray:
+        """A gradient tensor's values as NumPy (a view where the framework allows it: the copy into the bucket is
+        then the only one)."""
+        raise NotImplementedError
+
+    def fill(self, slots: list[int]) -> None:
+        """Copy the gradients of the pass into their slots (all of them: no hook brought any)."""
+        passed = self.network._pass
+        for slot in slots:
+            name = self.gradient_names[slot]
+            grad = passed.get(name)
+            if grad is None:
+                raise DistributedError(f"DataParallel: the pass left no gradient {name!r}; the optimizer's step runs "
+                                       "the backward pass before its gradient_hook")
+            np.copyto(self.view(slot), self.host_values(grad))
+            self.arrived(slot)
+
+
 def framework_distributed(framework: str) -> Any:
     """``d5.frameworks.<framework>.distributed`` (imported on first use: d5.distributed imports no framework)."""
     from d5 import frameworks
@@ -569,5 +601,5 @@ class DataParallel(Optimizer):
         self.close()
 
 
-__all__ = ["DataParallel", "BucketLayout", "BucketReducer", "Slot", "DEFAULT_BUCKET_MB", "bucket_bytes",
+__all__ = ["DataParallel", "BucketLayout", "BucketReducer", "PassBuckets", "Slot", "DEFAULT_BUCKET_MB", "bucket_bytes",
            "framework_distributed", "resolve_compression"]

@@ -1,11 +1,11 @@
 """The TensorFlow half of :class:`d5.distributed.DataParallel`: gradients into flat buckets after the pass.
 
 TensorFlow has no per-parameter gradient hooks (the executor's traced training function returns every gradient at
-once), so nothing can start a bucket during the backward pass: ``overlap`` is accepted and reported False. The
-optimizer's ``gradient_hook`` (``finish``) copies the gradients of the pass -- the executor's pass tensors -- into
-the buckets (``fill``), allreduces them, and feeds the averages back as the pass's gradient tensors
-(``write_back``), which the native optimizer's update function then reads. Fed tensors are copies
-(``tf.constant``), so the next step's buckets do not change the gradients a fetch returns.
+once), so nothing can start a bucket during the backward pass (:class:`d5.distributed.data_parallel.PassBuckets`).
+The optimizer's ``gradient_hook`` (``finish``) copies the gradients of the pass -- the executor's pass tensors --
+into the buckets, allreduces them, and feeds the averages back as the pass's gradient tensors (``write_back``),
+which the native optimizer's update function then reads. Fed tensors are copies (``tf.constant``), so the next
+step's buckets do not change the gradients a fetch returns.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from d5.distributed.communication import CommunicationNetwork
-from d5.distributed.data_parallel import DEFAULT_BUCKET_MB, BucketReducer
+from d5.distributed.data_parallel import DEFAULT_BUCKET_MB, PassBuckets
 from d5.errors import DistributedError
 
 
@@ -27,46 +27,28 @@ def _numpy_dtype(name: str, dtype: tf.DType) -> np.dtype:
                                "averages float16/32/64 gradients") from None
 
 
-def _host_view(value: Any) -> np.ndarray:
-    """A gradient tensor's values as NumPy without the copy ``.numpy()`` makes (``_numpy()`` is the host buffer of
-    a CPU tensor; a device tensor is copied to the host either way): the copy into the bucket is the only one."""
-    read = getattr(value, "_numpy", None)
-    return np.asarray(read() if read is not None else value)
-
-
-class GradientBuckets(BucketReducer):
+class GradientBuckets(PassBuckets):
     """The trainable parameters of ``network`` (a TFLiveNetwork: ``executor.network``) in buckets of at most
-    ``bucket_mb`` MiB, reduced over ``comm`` after the pass (see :class:`d5.distributed.data_parallel.BucketReducer`;
-    ``overlap`` is accepted for the common signature and is always off here)."""
+    ``bucket_mb`` MiB, reduced over ``comm`` after the pass (see :class:`d5.distributed.data_parallel.PassBuckets`)."""
 
     def __init__(self, network: Any, comm: CommunicationNetwork, bucket_mb: float = DEFAULT_BUCKET_MB,
                  overlap: bool = True, compression: Any = None) -> None:
-        names = list(network.get_params())
-        gradient_names, params = network.trainable()
-        super().__init__(names, [tuple(param.shape) for param in params],
-                         [_numpy_dtype(name, param.dtype) for name, param in zip(names, params)],
-                         comm, bucket_mb, False, compression)  # no hooks: nothing overlaps the backward pass
-        self.network = network
-        self._gradient_names = list(gradient_names)
+        _, params = network.trainable()
+        super().__init__(network, comm, bucket_mb, compression,
+                         [_numpy_dtype(name, param.dtype) for name, param in zip(network.get_params(), params)])
 
-    def fill(self, slots: list[int]) -> None:
-        """Copy the gradients of the pass into their slots (all of them: no hook brought any)."""
-        passed = self.network._pass
-        for slot in slots:
-            name = self._gradient_names[slot]
-            grad = passed.get(name)
-            if grad is None:
-                raise DistributedError(f"DataParallel: the pass left no gradient {name!r}; the optimizer's step runs "
-                                       "the backward pass before its gradient_hook")
-            np.copyto(self.view(slot), _host_view(grad))
-            self.arrived(slot)
+    def host_values(self, grad: Any) -> np.ndarray:
+        """A gradient tensor's values as NumPy without the copy ``.numpy()`` makes (``_numpy()`` is the host buffer
+        of a CPU tensor; a device tensor is copied to the host either way)."""
+        read = getattr(grad, "_numpy", None)
+        return np.asarray(read() if read is not None else grad)
 
     def write_back(self, slots: list[int]) -> None:
         """Feed the averaged slots as the pass's gradient tensors (copies on the executor's device)."""
         network = self.network
         with tf.device(network.device):
             for slot in slots:
-                network.feed_tensor(self._gradient_names[slot], self.view(slot))
+                network.feed_tensor(self.gradient_names[slot], self.view(slot))
 
 
 __all__ = ["GradientBuckets"]
