@@ -32,6 +32,8 @@ from d5.frameworks.mxnet.operators import MXOp, register
 from d5.frameworks.mxnet.operators._helpers import Symbol, as_symbol, dtype_of, reshape, shape_of, static
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import broadcast_shape, normalize_axis
+from d5.ops.window_checks import (CoercedTo2D, check_dropout_ratio, check_float_input, check_swiglu_inputs,
+                                  per_channel_slope)
 
 
 def _where(condition: Symbol, a: Symbol, b: Symbol) -> Symbol:
@@ -206,13 +208,6 @@ class HardSigmoid(_Unary):
         return _where(linear <= 0, mx.sym.zeros_like(x), _where(linear >= 1, mx.sym.ones_like(x), linear))
 
 
-def _per_channel(x_shape, slope_shape) -> bool:
-    """Whether a 1-D slope of C values applies along axis 1 of an (N, C, ...) input (NumPy would align it with
-    the last axis, which it does not match), as the reference's PRelu."""
-    return (len(slope_shape) == 1 and len(x_shape) > 2 and x_shape[1] == slope_shape[0] != 1
-            and x_shape[-1] != slope_shape[0])
-
-
 @register("PRelu")
 class PRelu(MXOp):
     """``x`` where ``x >= 0``, ``slope * x`` elsewhere; the slope broadcasts against x (a 1-D slope of C values on
@@ -225,7 +220,7 @@ class PRelu(MXOp):
         x_shape, slope_shape = shape_of(x), shape_of(slope)
         dtype = dtype_of(x)
         x, slope = as_symbol(x), as_symbol(slope, dtype)
-        if _per_channel(x_shape, slope_shape):
+        if per_channel_slope(x_shape, slope_shape):
             slope_shape = (slope_shape[0],) + (1,) * (len(x_shape) - 2)
             slope = reshape(slope, slope_shape)
         out_shape = broadcast_shape("PRelu", x_shape, slope_shape)
@@ -275,11 +270,7 @@ class SwiGLU(_Unary):
     float32 (the reference's compute type), the result in A's dtype."""
 
     def __call__(self, a, b=None):
-        if b is None:
-            raise ShapeError("SwiGLU: expected inputs (A, B), got 1")
-        if shape_of(a) != shape_of(b):
-            raise ShapeError(f"SwiGLU: A and B must have the same shape (no broadcasting), got {shape_of(a)} and "
-                             f"{shape_of(b)}; split the projection evenly or Expand first")
+        check_swiglu_inputs(shape_of(a), None if b is None else shape_of(b))
         a_dtype, b_dtype = dtype_of(a), dtype_of(b)
         compute = np.dtype(np.float64) if np.float64 in (a_dtype, b_dtype) else np.dtype(np.float32)
         out = _swish(as_symbol(a, compute), float(self.alpha)) * as_symbol(b, compute)
@@ -290,9 +281,7 @@ class SwiGLU(_Unary):
 
 def _require_float(op_name: str, x) -> None:
     dtype = dtype_of(x)
-    if dtype.kind != "f":
-        raise ShapeError(f"{op_name} takes a floating-point tensor (float16, float32, float64 or bfloat16), got "
-                         f"{dtype.name}; Cast it first")
+    check_float_input(op_name, dtype.kind == "f", dtype.name)
 
 
 @register("Softmax", since=13)
@@ -356,20 +345,15 @@ class Hardmax(Softmax):
         return mx.sym.BlockGrad(mx.sym.cast(first, dtype_of(x).name))
 
 
-class _CoercedTo2D:
+class _CoercedTo2D(CoercedTo2D):
     """Opsets 1-12: the input coerced to 2-D at ``axis`` (default 1), ``[prod(shape[:axis]),
     prod(shape[axis:])]``, each row normalized (the newest version along axis 1 of that view)."""
-
-    def __init__(self, **attributes) -> None:
-        super().__init__(axis=-1)
-        self.coerce_axis = operator_attributes(self.op_name, attributes, opset=12).axis
 
     def __call__(self, x):
         _require_float(self.op_name, x)
         shape = shape_of(x)
         self._check_rank(shape)
-        axis = normalize_axis(type(self).__name__, self.coerce_axis, len(shape))
-        flat_shape = (math.prod(shape[:axis]), math.prod(shape[axis:]))
+        flat_shape = self.coerced_shape(shape)
         out = self._apply(reshape(as_symbol(x), flat_shape), flat_shape, 1)
         return reshape(out, shape)
 
@@ -427,8 +411,8 @@ class Dropout(MXOp):
 
     def __call__(self, data, ratio=None, training_mode=None):
         rate = float(self.ratio) if ratio is None else _known(ratio, float, "input 'ratio'")
-        if rate is not None and not 0.0 <= rate <= 1.0:
-            raise ShapeError(f"Dropout: ratio must be in [0, 1], got {rate}; pass the drop probability")
+        if rate is not None:
+            check_dropout_ratio(rate)
         if self.training:
             mode = True
         else:

@@ -28,14 +28,16 @@ import math
 import mxnet as mx
 import numpy as np
 
-from d5.errors import ShapeError
 from d5.frameworks.mxnet.operators import MXOp, register
 from d5.frameworks.mxnet.operators._helpers import Symbol, as_symbol, dtype_of, reshape, shape_of, static
 from d5.frameworks.mxnet.tensors import MX_BFLOAT16
 from d5.ops.onnx_attributes import adopt, operator_attributes
-
-# qk_matmul_output_mode values: what the fourth output holds.
-_QK_RAW, _QK_SOFTCAPPED, _QK_WITH_BIAS, _QK_SOFTMAX = 0, 1, 2, 3
+from d5.ops.sequence_plans import (QK_WITH_BIAS, attention_geometry, attention_scale, check_attention_bias,
+                                   check_attention_inputs, check_attention_ranks, check_attn_mask,
+                                   check_nonpad_kv_seqlen, check_rotary_caches, check_rotary_inputs,
+                                   check_rotary_position_ids, check_rotary_position_range, past_kv_length,
+                                   qk_matmul_output, rotary_dim, rotary_heads, split_heads_shape, uses_window,
+                                   wide_softmax, window_conditions)
 
 
 def _np(x: Symbol):
@@ -86,24 +88,11 @@ def _identity(x):
 
 def _split_heads(x, num_heads: int, name: str):
     """(batch, seq, heads * size) -> (batch, heads, seq, size)."""
-    if not num_heads:
-        raise ShapeError(f"Attention: 3-D inputs need the q_num_heads and kv_num_heads attributes (to split "
-                         f"the hidden size of {name} into heads)")
-    batch, seq, hidden = shape_of(x)
-    if hidden % num_heads:
-        raise ShapeError(f"Attention: the hidden size {hidden} of {name} is not divisible by {num_heads} heads")
+    split = split_heads_shape(shape_of(x), num_heads, name)
     x = as_symbol(x)
     if _bfloat16(dtype_of(x)):  # exactly, in float32: MXNet's CPU transpose has no bfloat16 kernel
         x = mx.sym.cast(x, "float32")
-    return mx.sym.transpose(reshape(x, (batch, seq, num_heads, hidden // num_heads)), axes=(0, 2, 1, 3))
-
-
-def _broadcast(shape, target):
-    """The broadcast of two static shapes, or None where they do not broadcast."""
-    try:
-        return tuple(np.broadcast_shapes(tuple(shape), tuple(target)))
-    except ValueError:
-        return None
+    return mx.sym.transpose(reshape(x, split), axes=(0, 2, 1, 3))
 
 
 def _add(a, b):
@@ -149,20 +138,11 @@ class Attention(MXOp):
         adopt(self, operator_attributes("Attention", attributes))
 
     def __call__(self, q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None):
-        if q is None or k is None or v is None:
-            raise ShapeError("Attention: inputs Q, K and V are required")
-        if (past_key is None) != (past_value is None):
-            raise ShapeError("Attention: past_key and past_value must be given together (or neither)")
-        if nonpad_kv_seqlen is not None and past_key is not None:
-            raise ShapeError("Attention: nonpad_kv_seqlen (external KV cache) cannot be combined with past_key/"
-                             "past_value (internal cache); use one of the two")
-        rank = len(shape_of(q))
-        if not (rank == len(shape_of(k)) == len(shape_of(v)) and rank in (3, 4)):
-            raise ShapeError(f"Attention: Q, K and V must all be 3-D or all 4-D, got shapes {shape_of(q)}, "
-                             f"{shape_of(k)}, {shape_of(v)}")
+        check_attention_inputs(q, k, v, past_key, past_value, nonpad_kv_seqlen)
+        rank = check_attention_ranks(shape_of(q), shape_of(k), shape_of(v))
         out_dtype = dtype_of(q)
-        dtype = np.dtype(np.float64) if out_dtype == np.float64 or (
-            self.softmax_precision is not None and int(self.softmax_precision) == 11) else np.dtype(np.float32)
+        dtype = np.dtype(np.float64) if out_dtype == np.float64 or wide_softmax(self.softmax_precision) \
+            else np.dtype(np.float32)
         # bfloat16 computes as the reference's NumPy does, every step rounded to bfloat16 (emulated in float32).
         self._round = _bf16_round if _bfloat16(out_dtype) and dtype == np.float32 else _identity
         three_d = rank == 3
@@ -175,31 +155,17 @@ class Attention(MXOp):
         q_shape, k_shape, v_shape = shape_of(q), shape_of(k), shape_of(v)
         past_len = 0
         if past_key is not None:
-            pk, pv = shape_of(past_key), shape_of(past_value)
-            if len(pk) != 4 or len(pv) != 4 or pk[:2] != k_shape[:2] or pv[:2] != v_shape[:2] \
-                    or pk[3] != k_shape[3] or pv[3] != v_shape[3] or pk[2] != pv[2]:
-                raise ShapeError(f"Attention: past_key and past_value must be 4-D (batch, kv_heads, past_len, "
-                                 f"head_size) matching K {k_shape} and V {v_shape}, got {pk} and {pv}")
-            past_len = pk[2]
+            past_len = past_kv_length(shape_of(past_key), shape_of(past_value), k_shape, v_shape)
             if past_len:
                 k, v = self._concat(past_key, k), self._concat(past_value, v)
             k_shape, v_shape = shape_of(k), shape_of(v)
         present_key, present_value = mx.sym.identity(_cast(k, k_dtype)), mx.sym.identity(_cast(v, v_dtype))
-        batch, q_heads, q_len, head_size = q_shape
-        kv_heads, kv_len = k_shape[1], k_shape[2]
-        if q_heads != kv_heads and (kv_heads == 0 or q_heads % kv_heads or v_shape[1] != kv_heads):
-            raise ShapeError(f"Attention: {q_heads} query heads cannot be grouped over {kv_heads} key and "
-                             f"{v_shape[1]} value heads (q_num_heads must be a multiple of kv_num_heads)")
-        if k_shape[0] != batch or v_shape[0] != batch or v_shape[2] != kv_len or k_shape[3] != head_size:
-            raise ShapeError(f"Attention: K {k_shape} and V {v_shape} (heads split) do not match Q {q_shape}: "
-                             f"batch, key length and Q/K head size must agree")
-        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(head_size)
+        batch, q_heads, q_len, head_size, _, kv_len = attention_geometry(q_shape, k_shape, v_shape)
+        scale = attention_scale(self.scale, head_size)
         q, k, v = _cast(q, dtype), _cast(k, dtype), _cast(v, dtype)
         bias = self._bias(attn_mask, q_len, kv_len, past_len, nonpad_kv_seqlen, batch, dtype)
-        scores_shape = (batch, q_heads, q_len, kv_len)
-        if bias is not None and _broadcast(shape_of(bias), scores_shape) != scores_shape:
-            raise ShapeError(f"Attention: attn_mask (with the causal and padding masks) of shape "
-                             f"{shape_of(bias)} does not broadcast to the scores' shape {scores_shape}")
+        if bias is not None:
+            check_attention_bias(shape_of(bias), (batch, q_heads, q_len, kv_len))
         y, debug = self._attend(q, k, v, bias, scale, dtype, kv_len)
         if three_d:
             y = reshape(mx.sym.transpose(y, axes=(0, 2, 1, 3)), (batch, q_len, q_heads * shape_of(v)[3]))
@@ -235,7 +201,7 @@ class Attention(MXOp):
             # A query row whose bias is -inf everywhere attends nothing: ONNX gives it zeros (not softmax's NaN).
             # Its bias is replaced by 0 so the softmax (and its gradient) stays finite, then its output is zeroed.
             empty, safe_bias = self._empty_rows(bias, kv_len, dtype)
-            biased = r(_add(scores, bias)) if mode == _QK_WITH_BIAS else None
+            biased = r(_add(scores, bias)) if mode == QK_WITH_BIAS else None
             safe = r(_add(scores, safe_bias))
         if not kv_len:
             probabilities = safe
@@ -247,8 +213,7 @@ class Attention(MXOp):
             probabilities = mx.sym.broadcast_mul(probabilities, as_symbol(1.0 - empty, dtype) if not isinstance(
                 empty, Symbol) else 1.0 - empty)
         y = r(mx.sym.np.matmul(_np(probabilities), _np(v)).as_nd_ndarray())
-        debug = {_QK_RAW: raw, _QK_SOFTCAPPED: scores, _QK_WITH_BIAS: biased, _QK_SOFTMAX: probabilities}[mode]
-        return y, debug
+        return y, qk_matmul_output(mode, raw, scores, biased, probabilities)
 
     @staticmethod
     def _empty_rows(bias, kv_len, dtype):
@@ -267,17 +232,11 @@ class Attention(MXOp):
         value where the mask and lengths are known while composing, else a symbol."""
         bias = None
         if mask is not None:
-            shape = shape_of(mask)
-            if not 1 <= len(shape) <= 4:
-                raise ShapeError(f"Attention: attn_mask must have 1 to 4 dimensions (broadcast to (batch, heads, "
-                                 f"q_len, kv_len)), got shape {shape}")
-            if shape[-1] > kv_len:
-                raise ShapeError(f"Attention: attn_mask covers {shape[-1]} keys but there are only {kv_len}")
-            kind = dtype_of(mask)
+            shape, kind = shape_of(mask), dtype_of(mask)
+            check_attn_mask(shape, kv_len, dtype_ok=kind == np.bool_ or kind.kind == "f" or _bfloat16(kind),
+                            dtype_name=kind.name)
             if kind == np.bool_:
                 mask = _masked(mask, dtype)
-            elif kind.kind != "f" and not _bfloat16(kind):
-                raise ShapeError(f"Attention: attn_mask must be bool or float, got {kind.name}")
             mask = _cast(mask, dtype)
             if kind != np.bool_ and not _bfloat16(kind):
                 mask = self._round(mask)  # a float mask in the compute dtype (bfloat16: rounded)
@@ -289,13 +248,11 @@ class Attention(MXOp):
             bias = mask
         lengths = None
         if nonpad is not None:
-            if int(np.prod(shape_of(nonpad))) != batch:
-                raise ShapeError(f"Attention: nonpad_kv_seqlen must have one length per batch item ({batch}), got "
-                                 f"shape {shape_of(nonpad)}")
+            check_nonpad_kv_seqlen(int(np.prod(shape_of(nonpad))), batch, shape_of(nonpad))
             known = static(nonpad)
             lengths = known.reshape(-1, 1, 1, 1).astype(np.int64) if known is not None else \
                 reshape(mx.sym.cast(nonpad, dtype.name), (batch, 1, 1, 1))
-        if self.is_causal or self.left_window_size >= 0 or self.right_window_size >= 0:
+        if uses_window(self.is_causal, self.left_window_size, self.right_window_size):
             rows = np.arange(q_len).reshape(q_len, 1)
             cols = np.arange(kv_len).reshape(1, kv_len)
             # Query i sits at absolute position i + offset (bottom-right alignment).
@@ -319,14 +276,7 @@ class Attention(MXOp):
 
     def _window(self, distance):
         """The conditions (on how far key j lies behind query i) of causal and sliding-window masking."""
-        conditions = []
-        if self.is_causal:
-            conditions.append(distance >= 0)
-        if self.left_window_size >= 0:
-            conditions.append(distance <= self.left_window_size)
-        if self.right_window_size >= 0:
-            conditions.append(-distance <= self.right_window_size)
-        return conditions
+        return window_conditions(distance, self.is_causal, self.left_window_size, self.right_window_size)
 
 
 @register("RotaryEmbedding")
@@ -342,50 +292,33 @@ class RotaryEmbedding(MXOp):
         adopt(self, operator_attributes("RotaryEmbedding", attributes))
 
     def __call__(self, x, cos, sin, position_ids=None):
-        if x is None or cos is None or sin is None:
-            raise ShapeError("RotaryEmbedding: expected inputs (X, cos_cache, sin_cache[, position_ids])")
+        check_rotary_inputs((x, cos, sin))
         shape = shape_of(x)
         x_dtype = dtype_of(x)
         x = as_symbol(x)
+        count, size = rotary_heads(shape, self.num_heads)
         if len(shape) == 4:
             heads = mx.sym.transpose(x, axes=(0, 2, 1, 3))  # (batch, seq, heads, head_size)
-            lead, size, count = (shape[0], shape[2]), shape[3], shape[1]
-        elif len(shape) == 3:
-            if self.num_heads <= 0 or shape[2] % self.num_heads:
-                raise ShapeError(f"RotaryEmbedding: 3-D input {shape} needs num_heads dividing its hidden size "
-                                 f"{shape[2]}, got num_heads={self.num_heads}")
-            count, size = self.num_heads, shape[2] // self.num_heads
+            lead = (shape[0], shape[2])
+        else:
             heads = reshape(x, (shape[0], shape[1], count, size))
             lead = shape[:2]
-        else:
-            raise ShapeError(f"RotaryEmbedding: X must be 3-D or 4-D, got shape {shape}")
-        dim = self.rotary_embedding_dim or size
-        if dim % 2 or dim > size:
-            raise ShapeError(f"RotaryEmbedding: rotary_embedding_dim={dim} must be even and at most the head "
-                             f"size {size}")
+        dim = rotary_dim(self.rotary_embedding_dim, size)
         cos_shape, sin_shape = shape_of(cos), shape_of(sin)
         dtype = np.dtype(np.float64) if np.float64 in (x_dtype, dtype_of(cos)) else np.dtype(np.float32)
         # The caches are tables, not trained: the reference gives them no gradient.
         cos, sin = mx.sym.BlockGrad(as_symbol(cos, dtype)), mx.sym.BlockGrad(as_symbol(sin, dtype))
         if position_ids is not None:
-            ids_shape, ids_dtype = shape_of(position_ids), dtype_of(position_ids)
-            if len(cos_shape) != 2 or sin_shape != cos_shape or ids_shape != lead or ids_dtype.kind not in "iu":
-                raise ShapeError(f"RotaryEmbedding: with position_ids, the caches must be 2-D (max_position, "
-                                 f"rotary_dim / 2) and position_ids integers of shape {lead} (batch, seq); got "
-                                 f"caches {cos_shape} and {sin_shape}, position_ids {ids_dtype.name} {ids_shape}")
+            ids_dtype = dtype_of(position_ids)
+            check_rotary_position_ids(cos_shape, sin_shape, shape_of(position_ids), lead,
+                                      integer=ids_dtype.kind in "iu", dtype_name=ids_dtype.name)
             known = static(position_ids)
-            if known is not None and known.size and (known.min() < 0 or known.max() >= cos_shape[0]):
-                raise ShapeError(f"RotaryEmbedding: position_ids must lie in [0, {cos_shape[0]}) (the caches' "
-                                 f"max_position), got values in [{int(known.min())}, {int(known.max())}]")
+            if known is not None:
+                check_rotary_position_range(known, known.size, cos_shape[0])
             positions = as_symbol(position_ids)
             cos, sin = mx.sym.take(cos, positions, axis=0), mx.sym.take(sin, positions, axis=0)
             cos_shape = sin_shape = lead + cos_shape[1:]
-        if len(cos_shape) != 3 or cos_shape != sin_shape or tuple(cos_shape[:2]) != lead:
-            raise ShapeError(f"RotaryEmbedding: cos/sin caches must be (batch, seq, rotary_dim / 2) = "
-                             f"{lead + (dim // 2,)} without position_ids, got {cos_shape} and {sin_shape}")
-        if cos_shape[-1] != dim // 2:
-            raise ShapeError(f"RotaryEmbedding: cos/sin caches must end in rotary_embedding_dim / 2 = {dim // 2}, "
-                             f"got {cos_shape} and {sin_shape}")
+        check_rotary_caches(cos_shape, sin_shape, lead, dim)
         half = dim // 2
         cos, sin = reshape(cos, lead + (1, half)), reshape(sin, lead + (1, half))
         heads = _cast(heads, dtype)

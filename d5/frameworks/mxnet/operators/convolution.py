@@ -23,7 +23,9 @@ from d5.frameworks.mxnet.operators import MXOp, register
 from d5.frameworks.mxnet.operators._helpers import (as_symbol, dtype_of, ints, pad_sides, reshape, resolve_pads,
                                                     shape_of)
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import check_window_attributes, col2im_geometry, conv_transpose_geometry, window_geometry
+from d5.ops.onnx_semantics import col2im_geometry, conv_transpose_geometry
+from d5.ops.window_checks import (check_conv_inputs, check_conv_transpose_weights, check_kernel_of_weights,
+                                  deform_conv_attributes, deform_conv_plan, deform_tap_grid)
 
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -69,11 +71,7 @@ class _ConvAttributes(MXOp):
         adopt(self, operator_attributes(self.op_name, attributes))
 
     def _check_kernel(self, ws) -> tuple[int, ...]:
-        kernel = tuple(ws[2:])
-        if self.kernel_shape is not None and tuple(self.kernel_shape) != kernel:
-            raise ShapeError(f"{self.op_name}: attribute kernel_shape={list(self.kernel_shape)} disagrees with W of "
-                             f"shape {ws}; fix the attribute or the weights")
-        return kernel
+        return check_kernel_of_weights(self.op_name, self.kernel_shape, ws)
 
 
 @register("Conv")
@@ -84,18 +82,8 @@ class Conv(_ConvAttributes):
         if x is None or w is None:
             raise ShapeError("Conv: expected inputs (X, W) or (X, W, B)")
         xs, ws = shape_of(x), shape_of(w)
-        if len(xs) not in (3, 4, 5):
-            raise ShapeError(f"Conv: X must be (N, C, L), (N, C, H, W) or (N, C, D, H, W), got shape {xs}")
-        if len(ws) != len(xs):
-            raise ShapeError(f"Conv: W must have the rank of X ({len(xs)}): (M, C/group, kernel...), got shape {ws} "
-                             f"for X of shape {xs}")
-        group, channels, m = int(self.group), xs[1], ws[0]
-        if channels % group or m % group or ws[1] * group != channels:
-            raise ShapeError(f"Conv: with group={group}, X of shape {xs} needs W of shape (M, {channels / group:g}, "
-                             f"kernel...) with C={channels} and M both divisible by {group}; got W of shape {ws}")
-        kernel = self._check_kernel(ws)
-        if b is not None and shape_of(b) != (m,):
-            raise ShapeError(f"Conv: B must have shape ({m},) (one bias per output channel), got {shape_of(b)}")
+        group = int(self.group)
+        kernel, m = check_conv_inputs(xs, ws, group, self.kernel_shape, None if b is None else shape_of(b))
         compute, out_dtype = _compute_dtypes("Conv", x, w, b)
         plan = self.planned((xs, ws), self._plan, xs, kernel)
         strides, dilations, sides, pad = plan
@@ -149,13 +137,7 @@ class ConvTranspose(_ConvAttributes):
                 f"ConvTranspose: 1-D, 2-D and 3-D transposed convolutions (3-D to 5-D X) are implemented, got X of "
                 f"shape {xs}")
         group = int(self.group)
-        if len(ws) != len(xs) or ws[0] != xs[1] or xs[1] % group:
-            raise ShapeError(f"ConvTranspose: W must be (C, M/group, kernel...) with C = X's channels ({xs[1]}, "
-                             f"divisible by group={group}); got W {ws} for X {xs}")
-        m = ws[1] * group
-        if b is not None and shape_of(b) != (m,):
-            raise ShapeError(f"ConvTranspose: B must have shape ({m},) (one bias per output channel), got "
-                             f"{shape_of(b)}")
+        m = check_conv_transpose_weights(xs, ws, group, None if b is None else shape_of(b))
         kernel = self._check_kernel(ws)
         compute, out_dtype = _compute_dtypes("ConvTranspose", x, w, b)
         geometry, pad, adj = self.planned((xs, ws), self._plan, xs, kernel)
@@ -254,47 +236,17 @@ class DeformConv(MXOp):
 
     def __init__(self, dilations=None, group: int = 1, kernel_shape=None, offset_group: int = 1, pads=None,
                  strides=None) -> None:
-        def listed(values):
-            return None if values is None else [int(v) for v in np.asarray(values).reshape(-1)]
-
-        self.dilations, self.kernel_shape = listed(dilations), listed(kernel_shape)
-        self.pads, self.strides = listed(pads), listed(strides)
-        self.group, self.offset_group = int(group), int(offset_group)
-        if self.group < 1 or self.offset_group < 1:
-            raise ShapeError(f"DeformConv: group and offset_group must be positive integers, got {group} and "
-                             f"{offset_group}")
-        check_window_attributes("DeformConv", kernel_shape=self.kernel_shape, strides=self.strides,
-                                dilations=self.dilations, pads=self.pads)
+        adopt(self, deform_conv_attributes(lambda values: [int(v) for v in np.asarray(values).reshape(-1)],
+                                           dilations, group, kernel_shape, offset_group, pads, strides))
 
     def __call__(self, x, w, offset, b=None, mask=None):
         xs, ws, os_ = shape_of(x), shape_of(w), shape_of(offset)
-        rank = len(xs) - 2
-        kernel = list(ws[2:])
-        if rank < 1 or len(ws) != len(xs) or len(os_) != len(xs):
-            raise ShapeError(f"DeformConv: X, W and offset must have the same rank (N, C, spatial...), got "
-                             f"{xs}, {ws}, {os_}")
-        if self.kernel_shape is not None and self.kernel_shape != kernel:
-            raise ShapeError(f"DeformConv: attribute kernel_shape={self.kernel_shape} disagrees with W's kernel "
-                             f"{kernel}")
-        n, channels = xs[:2]
-        out_channels, taps, out = ws[0], math.prod(kernel), list(os_[2:])
+        kernel, strides, dilations, pads, out = deform_conv_plan(
+            xs, ws, os_, None if mask is None else shape_of(mask), self.kernel_shape, self.group, self.offset_group,
+            self.strides, self.dilations, self.pads)
+        rank, (n, channels) = len(xs) - 2, xs[:2]
+        out_channels, taps = ws[0], math.prod(kernel)
         groups, offset_groups = self.group, self.offset_group
-        if channels != ws[1] * groups or out_channels % groups or channels % offset_groups:
-            raise ShapeError(f"DeformConv: X {xs} and W {ws} do not fit group={groups} and offset_group="
-                             f"{offset_groups} (C = W.shape[1] * group; M and C divisible)")
-        if os_[0] != n or os_[1] != offset_groups * taps * rank:
-            raise ShapeError(f"DeformConv: offset must be (N, offset_group * prod(kernel) * {rank}, ...) = "
-                             f"({n}, {offset_groups * taps * rank}, ...), got {os_}")
-        strides = self.strides or [1] * rank
-        dilations = self.dilations or [1] * rank
-        pads = self.pads or [0] * (2 * rank)
-        expected = list(window_geometry(xs[2:], kernel, strides=strides, dilations=dilations, pads=pads,
-                                        op_name="DeformConv").out)
-        if expected != out:
-            raise ShapeError(f"DeformConv: the offset's spatial shape {out} is not the convolution's output "
-                             f"{expected} (from X, pads, strides, dilations and the kernel)")
-        if mask is not None and shape_of(mask) != (n, offset_groups * taps, *out):
-            raise ShapeError(f"DeformConv: mask must be {(n, offset_groups * taps, *out)}, got {shape_of(mask)}")
         dtype = dtype_of(x)
         x = as_symbol(x)
         positions = math.prod(out)
@@ -325,11 +277,8 @@ class DeformConv(MXOp):
         per_group = channels // offset_groups
         coords = []  # per axis: (N, offset_group, taps, P) sampling coordinates in X
         for a in range(rank):
-            tap = np.arange(kernel[a]) * dilations[a]
-            base = np.arange(out[a]) * strides[a] - pads[a]
-            grid = (tap.reshape([-1 if i == a else 1 for i in range(rank)] + [1] * rank)
-                    + base.reshape([1] * rank + [-1 if i == a else 1 for i in range(rank)]))
-            grid = np.broadcast_to(grid, [*kernel, *out]).reshape(1, 1, taps, positions).astype(dtype)
+            grid = deform_tap_grid(kernel, out, strides, dilations, pads, a)
+            grid = grid.reshape(1, 1, taps, positions).astype(dtype)
             along = reshape(mx.sym.slice_axis(offset, axis=3, begin=a, end=a + 1), (n, offset_groups, taps, positions))
             coords.append(mx.sym.broadcast_add(along, as_symbol(grid)))
         # X as rows of (N * offset_group * S, C / offset_group): a sample is a row, gathered by its flat index.

@@ -27,14 +27,17 @@ import types
 import mxnet as mx
 import numpy as np
 
-from d5.errors import ShapeError
 from d5.frameworks.mxnet.operators import MXOp, register
 from d5.frameworks.mxnet.operators._helpers import (Symbol, ValueNeededWhileTracing, as_symbol, dtype_of, ints,
                                                    reshape, shape_of, static)
 from d5.frameworks.mxnet.tensors import to_ndarray
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import (cubic_kernel, normalize_axes, normalized_grid_positions, reflect_coordinates,
-                                   resize_plan, resize_taps)
+from d5.ops.onnx_semantics import cubic_kernel, reflect_coordinates
+from d5.ops.sequence_plans import (affine_grid_base, center_crop_pad_axes, center_crop_pad_plan, check_affine_grid,
+                                   check_at_least_1d, check_grid_sample_shapes, check_iou_threshold, check_nms_dtypes,
+                                   check_nms_shapes, check_roi_align_rois, check_roi_align_x, check_roi_batch_indices,
+                                   resize_host_value, resize_inputs, resize_steps, row_major_strides,
+                                   single_value_present, value_key)
 
 #: The array namespace onnx_semantics' cubic_kernel and reflect_coordinates need, on MXNet symbols.
 _MX = types.SimpleNamespace(abs=mx.sym.abs, where=mx.sym.where, zeros_like=mx.sym.zeros_like, floor=mx.sym.floor,
@@ -75,12 +78,7 @@ def _host(value, what: str) -> np.ndarray | None:
     if known is None:
         raise ValueNeededWhileTracing(f"Resize: the MXNet framework needs {what} as a value known while tracing, "
                                       "not a tensor computed from the data")
-    known = np.asarray(known)
-    return known.astype(np.float64 if known.dtype.kind in "fc" else np.int64)
-
-
-def _key(array: np.ndarray | None):
-    return None if array is None else (array.dtype.str, tuple(array.reshape(-1).tolist()))
+    return resize_host_value(known)
 
 
 def _along(values: np.ndarray, axis: int, rank: int) -> np.ndarray:
@@ -104,13 +102,11 @@ class Resize(MXOp):
 
     def __call__(self, x, *rest):
         shape = shape_of(x)
-        if len(shape) < 1:
-            raise ShapeError(f"Resize: X must have at least 1 dimension, got shape {shape}")
-        opset10 = len(rest) == 1  # opset 10: (X, scales), asymmetric coordinates
-        given = (None, rest[0], None) if opset10 else (tuple(rest) + (None,) * 3)[:3]
+        check_at_least_1d("Resize", "X", len(shape), shape)
+        given, opset10 = resize_inputs(rest)  # opset 10: (X, scales), asymmetric coordinates
         roi, scales, sizes = (_host(value, what) for value, what in zip(given, ("roi", "scales", "sizes")))
-        key = (shape, _key(roi), _key(scales), _key(sizes), opset10)
-        steps = self.planned(key, self._plan, shape, roi, scales, sizes, opset10)
+        key = (shape, value_key(roi), value_key(scales), value_key(sizes), opset10)
+        steps = self.planned(key, resize_steps, self, shape, roi, scales, sizes, opset10)
         if not steps:
             return mx.sym.identity(as_symbol(x))
         dtype = dtype_of(x)
@@ -124,21 +120,6 @@ class Resize(MXOp):
                 result = mx.sym.np.where(mask.as_np_ndarray(), fill.as_np_ndarray(),
                                          result.as_np_ndarray()).as_nd_ndarray()
         return _cast_like(result, dtype)
-
-    def _plan(self, shape, roi, scales, sizes, opset10):
-        """Per resized ONNX axis: (axis, index, weights, mask of extrapolated positions or None)."""
-        coordinate_mode = "asymmetric" if opset10 else self.coordinate_mode
-        lengths = list(shape)
-        steps = []
-        for axis, scale, length, window in resize_plan("Resize", shape, roi, scales, sizes, self.axes, self.policy,
-                                                       coordinate_mode):
-            index, weights, outside = resize_taps(
-                "Resize", in_len=lengths[axis], out_len=length, scale=scale, window=window, mode=self.mode,
-                coordinate_mode=coordinate_mode, nearest_mode=self.nearest_mode, cubic_a=self.cubic_a,
-                exclude_outside=self.exclude_outside, antialias=self.antialias, legacy=self.legacy_modes)
-            lengths[axis] = length
-            steps.append((axis, index, weights, outside if outside is not None and outside.any() else None))
-        return steps
 
 
 def _apply_taps(x, axis: int, index: np.ndarray, weights: np.ndarray, nearest: bool, dtype: np.dtype):
@@ -213,10 +194,7 @@ class GridSample(MXOp):
 
     def __call__(self, x, grid):
         shape, grid_shape = shape_of(x), shape_of(grid)
-        if len(shape) < 3 or len(grid_shape) != len(shape) or grid_shape[-1] != len(shape) - 2 \
-                or grid_shape[0] != shape[0]:
-            raise ShapeError(f"GridSample: grid of shape {tuple(grid_shape)} does not match X of shape "
-                             f"{tuple(shape)}; expected X (N, C, *spatial) and grid (N, *output, spatial rank)")
+        check_grid_sample_shapes(shape, grid_shape)
         n, channels, spatial = shape[0], shape[1], shape[2:]
         dtype = dtype_of(x)
         compute = _compute_dtype(dtype)
@@ -229,7 +207,7 @@ class GridSample(MXOp):
         per_axis = [_grid_taps(coordinates[ndim - 1 - axis], size, align_corners=self.align_corners,
                                mode=self.mode, padding_mode=self.padding_mode)
                     for axis, size in enumerate(spatial)]
-        strides = [math.prod(spatial[axis + 1:]) for axis in range(ndim)]
+        strides = row_major_strides(spatial)
         pixels = math.prod(spatial)
         flat = reshape(mx.sym.transpose(as_symbol(x, compute), axes=(0,) + tuple(range(2, ndim + 2)) + (1,)),
                        (n * pixels, channels))
@@ -262,22 +240,12 @@ class AffineGrid(MXOp):
 
     def __call__(self, theta, size):
         size = ints(size, "AffineGrid's size")
-        ndim = len(size) - 2
-        if ndim not in (2, 3) or shape_of(theta) != (size[0], ndim, ndim + 1) or min(size) < 0:
-            raise ShapeError(f"AffineGrid: size must be (N, C, H, W) or (N, C, D, H, W) with theta of shape (N, 2, 3) "
-                             f"or (N, 3, 4) respectively; got size {size} and theta of shape {shape_of(theta)}")
+        ndim = check_affine_grid(size, shape_of(theta))
         spatial = tuple(size[2:])
-        base = self.planned(spatial, self._base, spatial)
+        base = self.planned(spatial, affine_grid_base, spatial, self.align_corners)
         dtype = dtype_of(theta)
         grid = mx.sym.dot(as_symbol(theta), as_symbol(base.T.astype(dtype)))  # (N, ndim, points)
         return reshape(mx.sym.swapaxes(grid, 1, 2), (size[0],) + spatial + (ndim,))
-
-    def _base(self, spatial):
-        """The (points, ndim + 1) homogeneous normalized coordinates, in row-major order of the output."""
-        mesh = np.meshgrid(*(normalized_grid_positions(n, self.align_corners) for n in spatial), indexing="ij")
-        # The last coordinate axis is (x, y[, z]): the spatial axes in reverse order.
-        columns = [axis.reshape(-1) for axis in reversed(mesh)] + [np.ones(mesh[0].size)]
-        return np.stack(columns, axis=1)
 
 
 @register("CenterCropPad")
@@ -291,24 +259,11 @@ class CenterCropPad(MXOp):
     def __call__(self, x, shape):
         have_shape = shape_of(x)
         rank = len(have_shape)
-        if rank < 1:
-            raise ShapeError(f"CenterCropPad: input_data must have at least 1 dimension, got shape {have_shape}")
+        check_at_least_1d("CenterCropPad", "input_data", rank, have_shape)
         target = ints(shape, "CenterCropPad's shape")
-        axes = list(range(rank)) if self.axes is None else normalize_axes("CenterCropPad", self.axes, rank)
-        if len(target) != len(axes):
-            raise ShapeError(f"CenterCropPad: shape {target} has {len(target)} entries for {len(axes)} axes")
-        if min(target, default=0) < 0:
-            raise ShapeError(f"CenterCropPad: the target shape must not have negative sizes, got {target}")
-        begin, end = [None] * rank, [None] * rank
-        pads = [(0, 0)] * rank
-        for axis, size in zip(axes, target):
-            have = have_shape[axis]
-            if size <= have:
-                begin[axis] = (have - size) // 2
-                end[axis] = begin[axis] + size
-            else:
-                first = (size - have) // 2
-                pads[axis] = (first, size - have - first)
+        crops, pads, _ = center_crop_pad_plan(have_shape, target, center_crop_pad_axes(self.axes, rank))
+        begin = [None if crop is None else crop[0] for crop in crops]
+        end = [None if crop is None else crop[1] for crop in crops]
         x = as_symbol(x)
         if any(b is not None for b in begin):
             x = mx.sym.slice(x, begin=tuple(begin), end=tuple(end))
@@ -378,16 +333,13 @@ class RoiAlign(MXOp):
 
     def __call__(self, x, rois, batch_indices):
         shape = shape_of(x)
-        if len(shape) != 4:
-            raise ShapeError(f"RoiAlign: X must be 4-D (N, C, H, W), got shape {shape}")
-        roi_shape, index_shape = shape_of(rois), shape_of(batch_indices)
-        if len(roi_shape) != 2 or roi_shape[1] != 4 or index_shape != (roi_shape[0],):
-            raise ShapeError(f"RoiAlign: rois must be (num_rois, 4) and batch_indices (num_rois,), got "
-                             f"{roi_shape} and {index_shape}")
+        check_roi_align_x(len(shape), shape)
+        roi_shape = shape_of(rois)
+        check_roi_align_rois(roi_shape, shape_of(batch_indices))
         n, channels, height, width = shape
         images = static(batch_indices)
-        if images is not None and images.size and (images.min() < 0 or images.max() >= n):
-            raise ShapeError(f"RoiAlign: batch_indices must lie in [0, {n}), got {images.tolist()}")
+        if images is not None:
+            check_roi_batch_indices(images, n)
         out_h, out_w = self.output_height, self.output_width
         count = roi_shape[0]
         dtype = dtype_of(x)
@@ -506,11 +458,9 @@ class NonMaxSuppression(MXOp):
     @staticmethod
     def _optional(value, what: str, kind, default):
         """A scalar input as a Python number; ``default`` if absent or empty."""
-        if value is None or math.prod(shape_of(value)) == 0:
+        if value is None or not single_value_present("NonMaxSuppression", what, math.prod(shape_of(value)),
+                                                     shape_of(value)):
             return default
-        if math.prod(shape_of(value)) != 1:
-            raise ShapeError(f"NonMaxSuppression: {what} must be a single value (a scalar or a 1-element tensor), "
-                             f"got shape {shape_of(value)}")
         known = static(value)
         if known is None:
             raise ValueNeededWhileTracing(f"NonMaxSuppression: the MXNet framework needs {what} as a value known "
@@ -527,18 +477,12 @@ class NonMaxSuppression(MXOp):
                            mx.nd.maximum(y1, y2), axis=-1)
 
     def __call__(self, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None, score_threshold=None):
-        box_shape, score_shape = shape_of(boxes), shape_of(scores)
-        if len(box_shape) != 3 or box_shape[-1] != 4 or len(score_shape) != 3 or \
-                (score_shape[0], score_shape[2]) != (box_shape[0], box_shape[1]):
-            raise ShapeError(f"NonMaxSuppression: boxes must be (B, N, 4) and scores (B, C, N), got {box_shape} and "
-                             f"{score_shape}")
-        if dtype_of(boxes).kind not in "fiu" or dtype_of(scores).kind not in "fiu":
-            raise ShapeError(f"NonMaxSuppression: boxes and scores must be float tensors, got {dtype_of(boxes)} and "
-                             f"{dtype_of(scores)}")
+        score_shape = shape_of(scores)
+        check_nms_shapes(shape_of(boxes), score_shape)
+        check_nms_dtypes(dtype_of(boxes), dtype_of(scores))
         max_boxes = max(self._optional(max_output_boxes_per_class, "max_output_boxes_per_class (input 2)", int, 0), 0)
         limit = self._optional(iou_threshold, "iou_threshold (input 3)", np.float32, np.float32(0))
-        if not 0 <= limit <= 1:
-            raise ShapeError(f"NonMaxSuppression: iou_threshold must be in [0, 1], got {limit}")
+        check_iou_threshold(limit)
         score_limit = self._optional(score_threshold, "score_threshold (input 4)", np.float32, None)
         if isinstance(boxes, Symbol) or isinstance(scores, Symbol):
             raise ValueNeededWhileTracing("NonMaxSuppression: its output's length depends on the boxes and scores, "

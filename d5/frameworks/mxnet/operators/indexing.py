@@ -46,14 +46,19 @@ from d5.frameworks.mxnet.operators._helpers import (HELD_DTYPES, Symbol, ValueNe
 from d5.frameworks.mxnet.tensors import MX_BFLOAT16
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import normalize_axis
+from d5.ops.tensor_checks import (check_axis_indices, check_gather_elements, check_indices, check_one_hot_inputs,
+                                  check_rank, check_scatter_elements, check_scatter_inputs, check_top_k,
+                                  check_write_index_count, check_write_positions, compress_axis, element_offsets,
+                                  gather_nd_depth, one_hot_depth, one_hot_mask, require_integer_indices,
+                                  require_single_value, scatter_nd_depth, strides, tensor_scatter_axis, top_k_count,
+                                  unique_axis)
 
 
 # ------------------------------------------------------------------------------------------ indices
 
 def _integer(op_name: str, indices) -> None:
     dtype = dtype_of(indices)
-    if dtype.kind not in "iu":
-        raise ShapeError(f"{op_name}: indices must be int32 or int64, got {dtype.name}; Cast them first")
+    require_integer_indices(op_name, dtype.kind in "iu", dtype.name)
 
 
 def _wrapped(op_name: str, indices, sizes, message: str = "position"):
@@ -65,17 +70,10 @@ def _wrapped(op_name: str, indices, sizes, message: str = "position"):
     known = static(indices)
     if known is not None:
         known = known.astype(np.int64)
-        if known.size:
-            bad = (known < -sizes) | (known >= sizes)
-            if bad.any():
-                if message == "range":  # the gathers: the range of the values found
-                    dim = int(sizes)
-                    raise ShapeError(f"{op_name}: indices must lie in [{-dim}, {dim - 1}] for an axis of length "
-                                     f"{dim}, got values in [{known.min()}, {known.max()}]")
-                where = [int(i) for i in np.argwhere(bad)[0]]
-                size = int(sizes[where[-1]] if sizes.ndim else sizes)
-                raise ShapeError(f"{op_name}: index {int(known[tuple(where)])} (at position {where} of indices) is "
-                                 f"out of range for an axis of size {size}; use indices in [{-size}, {size - 1}]")
+        if message == "range":  # the gathers: the range of the values found
+            check_axis_indices(op_name, known, int(sizes))
+        else:
+            check_indices(op_name, known, sizes)
         return np.where(known < 0, known + sizes, known)
     index = as_symbol(indices, np.int64)
     negative = index < 0
@@ -92,10 +90,6 @@ def _known_indices(op_name: str, indices, what: str = "indices") -> np.ndarray:
         raise ValueNeededWhileTracing(f"{op_name}: the MXNet framework needs {what} as a value known while "
                                       "tracing, not a tensor computed from the data")
     return known
-
-
-def _strides(shape) -> list[int]:
-    return [math.prod(shape[d + 1:]) for d in range(len(shape))]
 
 
 def _flat(x, shape) -> Symbol:
@@ -133,14 +127,6 @@ class Gather(MXOp):
         return mx.sym.take(as_symbol(data), as_symbol(index), axis=axis, mode="clip")
 
 
-def _element_offsets(shape: tuple[int, ...], index_shape: tuple[int, ...], axis: int) -> np.ndarray:
-    """GatherElements'/ScatterElements' plan: the flat offset in data of each indices position with its ``axis``
-    coordinate taken as 0."""
-    strides = _strides(shape)
-    grid = np.indices(index_shape, dtype=np.int64, sparse=True)
-    return sum((grid[d] * strides[d] for d in range(len(shape)) if d != axis), np.zeros(index_shape, np.int64))
-
-
 @register("GatherElements")
 class GatherElements(MXOp):
     """``out[i][j] = data[indices[i][j]][j]`` for ``axis=0``: one ``take`` of flat offsets (read only where the
@@ -153,14 +139,10 @@ class GatherElements(MXOp):
         shape, index_shape = shape_of(data), shape_of(indices)
         rank = len(shape)
         axis = normalize_axis("GatherElements", self.axis, rank)
-        if len(index_shape) != rank:
-            raise ShapeError(f"GatherElements: indices (shape {index_shape}) must have the rank of data {shape}")
-        if any(n > m for d, (n, m) in enumerate(zip(index_shape, shape)) if d != axis):
-            raise ShapeError(f"GatherElements: indices of shape {index_shape} are larger than data {shape} on an "
-                             f"axis other than axis {axis}; there they may be at most as large as data")
+        check_gather_elements(shape, index_shape, axis)
         index = _wrapped("GatherElements", indices, shape[axis], "range")
-        base = self.planned(("elements", shape, index_shape, axis), _element_offsets, shape, index_shape, axis)
-        stride = _strides(shape)[axis]
+        base = self.planned(("elements", shape, index_shape, axis), element_offsets, shape, index_shape, axis)
+        stride = strides(shape)[axis]
         if isinstance(index, np.ndarray):
             offsets = base + index * stride
         else:
@@ -186,24 +168,17 @@ class GatherND(MXOp):
     def __call__(self, data, indices):
         b = self.batch_dims
         shape, index_shape = shape_of(data), shape_of(indices)
-        if dtype_of(indices).kind not in "iu":
-            raise ShapeError(f"GatherND: indices must be int64 (or int32), got {dtype_of(indices).name}; Cast them "
-                             "first")
-        if not 0 <= b < min(len(index_shape), len(shape)) or index_shape[:b] != shape[:b]:
-            raise ShapeError(f"GatherND: batch_dims={b} needs data and indices of higher rank sharing their first "
-                             f"{b} dimensions; got data {shape} and indices {index_shape}")
-        depth = index_shape[-1]
-        if depth > len(shape) - b:
-            raise ShapeError(f"GatherND: indices of depth {depth} index more than the {len(shape) - b} non-batch "
-                             f"axes of data of shape {shape}")
+        dtype = dtype_of(indices)
+        require_integer_indices("GatherND", dtype.kind in "iu", dtype.name, "int64 (or int32)")
+        depth = gather_nd_depth(shape, index_shape, b)
         inner, rest = shape[b:b + depth], shape[b + depth:]
         index = _wrapped("GatherND", indices, inner)
-        strides = np.asarray(_strides(inner), dtype=np.int64)
+        inner_strides = np.asarray(strides(inner), dtype=np.int64)
         base = self.planned(("nd", shape, index_shape, b), _batch_rows, shape, index_shape, b, math.prod(inner))
         if isinstance(index, np.ndarray):
-            rows = base + (index * strides).sum(axis=-1)
+            rows = base + (index * inner_strides).sum(axis=-1)
         else:
-            summed = mx.sym.sum(mx.sym.broadcast_mul(index, as_symbol(strides)), axis=-1)
+            summed = mx.sym.sum(mx.sym.broadcast_mul(index, as_symbol(inner_strides)), axis=-1)
             rows = reshape(mx.sym.broadcast_add(summed, as_symbol(base)), index_shape[:-1])
         table = reshape(as_symbol(data), (math.prod(shape[:b + depth]),) + rest)
         return mx.sym.take(table, as_symbol(rows), axis=0, mode="clip")
@@ -264,12 +239,8 @@ class _Scatter(MXOp):
         adopt(self, operator_attributes(type(self).__name__, attributes))
 
     def _inputs(self, data, indices, updates):
-        name = type(self).__name__
-        if data is None or indices is None or updates is None:
-            raise ShapeError(f"{name}: expected the three inputs (data, indices, updates)")
-        if len(shape_of(data)) < 1:
-            raise ShapeError(f"{name}: data must have at least 1 dimension, got shape {shape_of(data)}")
-        return shape_of(data), shape_of(indices), shape_of(updates)
+        shape = check_scatter_inputs(type(self).__name__, data, indices, updates, shape_of)
+        return shape, shape_of(indices), shape_of(updates)
 
 
 @register("ScatterElements", "Scatter")
@@ -280,17 +251,11 @@ class ScatterElements(_Scatter):
     def __call__(self, data, indices, updates):
         shape, index_shape, update_shape = self._inputs(data, indices, updates)
         axis = normalize_axis("ScatterElements", self.axis, len(shape))
-        if len(index_shape) != len(shape) or any(i > d for a, (i, d) in enumerate(zip(index_shape, shape))
-                                                 if a != axis):
-            raise ShapeError(f"ScatterElements: indices must have the rank of data ({len(shape)}) and, except on "
-                             f"axis {axis}, no larger dimensions; got indices {index_shape} for data {shape}")
-        if update_shape != index_shape:
-            raise ShapeError(f"ScatterElements: updates must have shape {index_shape} (that of indices), got "
-                             f"{update_shape}")
+        check_scatter_elements(shape, index_shape, axis, update_shape)
         _known_indices("ScatterElements", indices)
         index = _wrapped("ScatterElements", indices, shape[axis])
-        base = self.planned(("elements", shape, index_shape, axis), _element_offsets, shape, index_shape, axis)
-        rows = base + index * _strides(shape)[axis]
+        base = self.planned(("elements", shape, index_shape, axis), element_offsets, shape, index_shape, axis)
+        rows = base + index * strides(shape)[axis]
         dtype = dtype_of(data)
         values = _flat(as_symbol(updates, dtype), update_shape)
         out = _scatter_rows(_flat(data, shape), math.prod(shape), rows, values, self.reduction, dtype)
@@ -305,17 +270,10 @@ class ScatterND(_Scatter):
 
     def __call__(self, data, indices, updates):
         shape, index_shape, update_shape = self._inputs(data, indices, updates)
-        depth = index_shape[-1] if index_shape else 0
-        if not index_shape or not 1 <= depth <= len(shape):
-            raise ShapeError(f"ScatterND: indices must have at least one axis, whose last length (here {depth}) is "
-                             f"from 1 to data's rank {len(shape)}; got indices {index_shape} for data {shape}")
-        expected = index_shape[:-1] + shape[depth:]
-        if update_shape != expected:
-            raise ShapeError(f"ScatterND: updates must have shape {expected} (set by data {shape} and indices "
-                             f"{index_shape}), got {update_shape}")
+        depth = scatter_nd_depth(shape, index_shape, update_shape)
         _known_indices("ScatterND", indices)
         index = _wrapped("ScatterND", indices, shape[:depth])
-        rows = (index * np.asarray(_strides(shape[:depth]), dtype=np.int64)).sum(axis=-1).reshape(-1)
+        rows = (index * np.asarray(strides(shape[:depth]), dtype=np.int64)).sum(axis=-1).reshape(-1)
         rest = shape[depth:]
         count = math.prod(shape[:depth])
         dtype = dtype_of(data)
@@ -335,28 +293,14 @@ class TensorScatter(MXOp):
 
     def __call__(self, cache, update, write_indices=None):
         shape, update_shape = shape_of(cache), shape_of(update)
-        if len(shape) < 2:
-            raise ShapeError(f"TensorScatter: past_cache needs a batch and a sequence axis, got shape {shape}")
-        axis = normalize_axis("TensorScatter", self.axis, len(shape))
-        if axis == 0:
-            raise ShapeError("TensorScatter: axis cannot be 0 (the batch axis)")
-        if (len(update_shape) != len(shape) or update_shape[axis] > shape[axis]
-                or any(u != c for i, (u, c) in enumerate(zip(update_shape, shape)) if i != axis)):
-            raise ShapeError(f"TensorScatter: update shape {update_shape} must equal past_cache shape {shape} "
-                             f"except along axis {axis}, where it may not be longer")
+        axis = tensor_scatter_axis(shape, update_shape, self.axis)
         batch, length, steps = shape[0], shape[axis], update_shape[axis]
         if write_indices is None or math.prod(shape_of(write_indices)) == 0:
             starts = np.zeros(batch, np.int64)
         else:
-            if math.prod(shape_of(write_indices)) != batch:
-                raise ShapeError(f"TensorScatter: write_indices must have shape ({batch},), got "
-                                 f"{shape_of(write_indices)}")
+            check_write_index_count(batch, math.prod(shape_of(write_indices)), shape_of(write_indices))
             starts = np.asarray(ints(write_indices, "TensorScatter's write_indices"), np.int64)
-            if self.mode != "circular" and steps:
-                bad = (starts < 0) | (starts + steps > length)
-                if bad.any():
-                    raise ShapeError(f"TensorScatter: write index {starts[bad][0]} + sequence length {steps} exceeds "
-                                     f"the cache length {length} (mode='linear'); use mode='circular' to wrap around")
+            check_write_positions(starts, steps, length, self.mode)
         positions = starts[:, None] + np.arange(steps, dtype=np.int64)  # (batch, steps)
         if self.mode == "circular":
             positions = np.mod(positions, length)
@@ -397,26 +341,15 @@ class OneHot(MXOp):
         adopt(self, operator_attributes("OneHot", attributes))
 
     def __call__(self, indices, depth, values):
-        depth_shape, value_shape = shape_of(depth), shape_of(values)
-        depth_count, value_count = math.prod(depth_shape), math.prod(value_shape)
-        swapped = " (are depth and values swapped? The inputs are (indices, depth, values))" \
-            if depth_count == 2 and value_count == 1 else ""
-        if depth_count != 1 or len(depth_shape) > 1 or dtype_of(depth).kind not in "iuf":
-            raise ShapeError(f"OneHot: depth (input 1) must be one number (a scalar or a 1-element tensor), got "
-                             f"{dtype_of(depth).name} of shape {depth_shape}{swapped}")
-        if value_count != 2 or len(value_shape) != 1:
-            raise ShapeError(f"OneHot: values (input 2) must be a 1-D tensor of 2 elements, [off_value, on_value], "
-                             f"got shape {value_shape}{swapped}")
+        depth_dtype = dtype_of(depth)
+        check_one_hot_inputs(shape_of(depth), shape_of(values), depth_dtype.kind in "iuf", depth_dtype.name)
         if dtype_of(indices).kind not in "iuf":
             raise ShapeError(f"OneHot: indices (input 0) must be numbers, got dtype {dtype_of(indices).name}")
         known = static(depth)
         if known is None:
             raise ValueNeededWhileTracing("OneHot: the MXNet framework needs depth as a value known while tracing, "
                                           "not a tensor computed from the data")
-        count = float(np.asarray(known).reshape(-1)[0])
-        if not math.isfinite(count) or int(count) < 1:
-            raise ShapeError(f"OneHot: depth must be at least 1 (the number of classes), got {count}")
-        count = int(count)
+        count = one_hot_depth(float(np.asarray(known).reshape(-1)[0]))
         index_shape = shape_of(indices)
         rank = len(index_shape)
         axis = normalize_axis("OneHot", self.axis, rank + 1)
@@ -424,9 +357,7 @@ class OneHot(MXOp):
         classes = np.arange(count, dtype=np.int64).reshape((count,) + (1,) * (rank - axis))
         known_indices = static(indices)
         if known_indices is not None:  # float indices truncate toward zero, as the spec's cast does
-            wrapped = known_indices.astype(np.int64)
-            wrapped = np.where(wrapped < 0, wrapped + count, wrapped)
-            hot = as_symbol((np.expand_dims(wrapped, axis) == classes).astype(np.uint8))
+            hot = as_symbol(one_hot_mask(known_indices, count, axis).astype(np.uint8))
         else:
             index = as_symbol(indices, np.int64)
             index = index + (index < 0) * count
@@ -449,11 +380,9 @@ class Trilu(MXOp):
 
     def __call__(self, x, k=None):
         shape = shape_of(x)
-        if len(shape) < 2:
-            raise ShapeError(f"Trilu: the input must have at least 2 dimensions, got shape {shape}")
-        if k is not None and math.prod(shape_of(k)) != 1:
-            raise ShapeError(f"Trilu: k (input 1) must be a single value (a scalar or a 1-element tensor), got "
-                             f"shape {shape_of(k)}")
+        check_rank("Trilu", shape, "the input", at_least=2)
+        if k is not None:
+            require_single_value("Trilu", "k (input 1)", math.prod(shape_of(k)), shape_of(k))
         offset = 0 if k is None else ints(k, "Trilu's k")[0]
         ones = np.ones(shape[-2:], dtype=bool)
         keep = np.triu(ones, offset) if self.upper else np.tril(ones, offset)
@@ -480,21 +409,15 @@ class TopK(MXOp):
         adopt(self, operator_attributes("TopK", attributes))
 
     def __call__(self, x, k=None):
-        if k is not None and math.prod(shape_of(k)) != 1:
-            raise ShapeError(f"TopK: k (input 1) must be a single value (a scalar or a 1-element tensor), got shape "
-                             f"{shape_of(k)}")
-        count = self.k if k is None else ints(k, "TopK's k")[0]
-        if count is None:
-            raise ShapeError("TopK: k is required (the second input from opset 10, the attribute before)")
-        count = int(count)
+        if k is not None:
+            require_single_value("TopK", "k (input 1)", math.prod(shape_of(k)), shape_of(k))
+        count = top_k_count(None if k is None else ints(k, "TopK's k")[0], self.k)
         shape = shape_of(x)
         rank = len(shape)
-        if rank < 1:
-            raise ShapeError(f"TopK: X must have at least 1 dimension, got shape {shape}")
+        check_rank("TopK", shape, "X", at_least=1)
         axis = normalize_axis("TopK", self.axis, rank)
         length = shape[axis]
-        if not 0 <= count <= length:
-            raise ShapeError(f"TopK: k={count} is out of range for axis {axis} of length {length}")
+        check_top_k(count, axis, length)
         out_shape = shape[:axis] + (count,) + shape[axis + 1:]
         x = as_symbol(x)
         if count == 0 or math.prod(shape) == 0:  # nothing to sort: an empty output of the right shape
@@ -553,20 +476,10 @@ class Compress(MXOp):
         adopt(self, operator_attributes("Compress", attributes))
 
     def __call__(self, x, condition):
-        if len(shape_of(condition)) != 1:
-            raise ShapeError(f"Compress: condition must be a 1-D tensor, got shape {shape_of(condition)}")
         shape = shape_of(x)
+        axis = compress_axis(shape, shape_of(condition), self.axis)
         if self.axis is None:
-            x, axis, length = _flat(x, shape), 0, math.prod(shape)
-        else:
-            if len(shape) < 1:
-                raise ShapeError(f"Compress: input must have at least 1 dimension, got shape {shape}")
-            axis = normalize_axis("Compress", self.axis, len(shape))
-            length = shape[axis]
-        entries = shape_of(condition)[0]
-        if entries > length:
-            raise ShapeError(f"Compress: condition has {entries} entries, more than the {length} "
-                             f"{'elements of the input' if self.axis is None else f'slices along axis {axis}'}")
+            x = _flat(x, shape)
         known = _dynamic("Compress", condition)
         positions = np.nonzero(known.astype(bool))[0].astype(np.int64)
         return mx.sym.take(as_symbol(x), as_symbol(positions), axis=axis, mode="clip")
@@ -602,11 +515,7 @@ class Unique(MXOp):
 
     def __call__(self, x):
         x = _dynamic("Unique", x)
-        axis = self.axis
-        if axis is not None:
-            if not -x.ndim <= axis < x.ndim:
-                raise ShapeError(f"Unique: axis {axis} out of range for a rank-{x.ndim} input")
-            axis %= x.ndim
+        axis = unique_axis(self.axis, x.ndim)
         dtype = x.dtype
         held = x.astype(np.uint8) if dtype == np.bool_ else x
         if held.dtype not in HELD_DTYPES:

@@ -25,6 +25,8 @@ from d5.frameworks.mxnet.operators import MXOp, register
 from d5.frameworks.mxnet.operators._helpers import HELD_DTYPES, Symbol, as_symbol, dtype_of, reshape, shape_of
 from d5.frameworks.mxnet.tensors import MX_BFLOAT16
 from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.tensor_checks import (check_matmul_shapes, check_square_matrices, einsum_mismatch, gemm_shape,
+                                  require_einsum_dtype)
 
 
 def _np(x: Symbol):
@@ -101,14 +103,6 @@ def _matmul(a: Symbol, b: Symbol, shape_a: tuple[int, ...], shape_b: tuple[int, 
     return _cast_back(y, compute, dtype)
 
 
-def _broadcasts_to(shape, target) -> bool:
-    # ONNX's unidirectional broadcasting: C may stretch to the output shape, never the reverse.
-    try:
-        return np.broadcast_shapes(tuple(shape), tuple(target)) == tuple(target)
-    except ValueError:
-        return False
-
-
 @register("Gemm")
 class Gemm(MXOp):
     """``alpha * A' @ B' + beta * C`` with A' = A^T if transA, B' = B^T if transB; C optional, broadcasting."""
@@ -117,17 +111,8 @@ class Gemm(MXOp):
         adopt(self, operator_attributes("Gemm", attributes))
 
     def __call__(self, a, b, c=None):
-        sa, sb = shape_of(a), shape_of(b)
-        if len(sa) != 2 or len(sb) != 2:
-            raise ShapeError(f"Gemm: A and B must be 2-D, got A {sa} and B {sb}; use MatMul for other ranks")
-        rows, inner_a = (sa[1], sa[0]) if self.transA else sa
-        inner_b, cols = (sb[1], sb[0]) if self.transB else sb
-        if inner_a != inner_b:
-            raise ShapeError(f"Gemm: inner dimensions differ: A {sa}, B {sb} with transA={int(self.transA)}, "
-                             f"transB={int(self.transB)}; check the transpose flags")
-        if c is not None and not _broadcasts_to(shape_of(c), (rows, cols)):
-            raise ShapeError(f"Gemm: C of shape {shape_of(c)} does not broadcast to the output shape "
-                             f"{(rows, cols)}")
+        rows, inner, cols = gemm_shape(shape_of(a), shape_of(b), None if c is None else shape_of(c), self.transA,
+                                       self.transB)
         dtype = dtype_of(a if isinstance(a, Symbol) else b)
         compute = _compute_dtype(dtype)
         a, b = as_symbol(a, compute), as_symbol(b, compute)
@@ -141,7 +126,7 @@ class Gemm(MXOp):
             y = mx.sym.dot(a, b, transpose_a=bool(self.transA), transpose_b=bool(self.transB))
         else:
             y = _matmul(mx.sym.transpose(a) if self.transA else a, mx.sym.transpose(b) if self.transB else b,
-                        (rows, inner_a), (inner_b, cols), compute)
+                        (rows, inner), (inner, cols), compute)
         if dtype == np.float16:  # scaled and added in float16, as the reference's
             y, compute = _cast_back(y, compute, dtype), dtype
         if self.alpha != 1.0:
@@ -159,15 +144,7 @@ class MatMul(MXOp):
 
     def __call__(self, a, b):
         sa, sb = shape_of(a), shape_of(b)
-        inner_b = None if not sb else sb[-2] if len(sb) > 1 else sb[0]
-        if not sa or not sb or sa[-1] != inner_b:
-            raise ShapeError(f"MatMul: shapes {sa} and {sb} do not multiply (the last dimension of A must equal the "
-                             "second-to-last of B, batch dimensions must broadcast, no 0-D operands)")
-        try:
-            np.broadcast_shapes(sa[:-2], sb[:-2])
-        except ValueError:
-            raise ShapeError(f"MatMul: shapes {sa} and {sb} do not multiply (the last dimension of A must equal the "
-                             "second-to-last of B, batch dimensions must broadcast, no 0-D operands)") from None
+        check_matmul_shapes(sa, sb)
         return _matmul(a, b, sa, sb, _operand_dtype(a, b))
 
 
@@ -185,13 +162,12 @@ def _explicit(equation: str, shapes: list[tuple[int, ...]]) -> tuple[list[str], 
     for term, shape in zip(terms, shapes):
         for letter, n in zip(term, shape):
             if sizes.get(letter, 1) not in (1, n) and n != 1:
-                raise ShapeError(f"Einsum: equation {equation!r} does not fit the operand shapes {shapes}: "
-                                 f"subscript {letter!r} has sizes {sizes[letter]} and {n}")
+                raise einsum_mismatch(equation, shapes, f"subscript {letter!r} has sizes {sizes[letter]} and {n}")
             sizes[letter] = max(sizes.get(letter, 1), n)
     missing = [c for c in output if c not in sizes]
     if missing or len(set(output)) != len(output):
-        raise ShapeError(f"Einsum: equation {equation!r} does not fit the operand shapes {shapes}: the output "
-                         f"subscripts {output!r} must be distinct letters of the operands")
+        raise einsum_mismatch(equation, shapes, f"the output subscripts {output!r} must be distinct letters of the "
+                              "operands")
     return terms, output, sizes
 
 
@@ -205,9 +181,7 @@ class Einsum(MXOp):
 
     def __call__(self, *inputs):
         for index, x in enumerate(inputs):
-            if not _einsum_dtype(dtype_of(x)):
-                raise ShapeError(f"Einsum: operand {index} has dtype {dtype_of(x).name}; Einsum takes integer "
-                                 "tensors and float16, float32, float64 or bfloat16. Cast it first")
+            require_einsum_dtype(index, _einsum_dtype(dtype_of(x)), dtype_of(x).name)
         shapes = [shape_of(x) for x in inputs]
         terms, output, sizes = _explicit(self.equation, shapes)
         dtype = _operand_dtype(*inputs) if inputs else np.dtype(np.float32)
@@ -245,9 +219,7 @@ class Det(MXOp):
     integers in float64, cast back); its gradient ``det * inv^T``, as the reference's."""
 
     def __call__(self, x):
-        shape = shape_of(x)
-        if len(shape) < 2 or shape[-1] != shape[-2]:
-            raise ShapeError(f"Det: input must be (..., M, M) square matrices, got shape {shape}")
+        check_square_matrices(shape_of(x))
         dtype = dtype_of(x)
         compute = _compute_dtype(dtype) if dtype.kind == "f" or _bfloat16(dtype) else np.dtype(np.float64)
         return _cast_back(mx.sym.linalg.det(as_symbol(x, compute)), compute, dtype)

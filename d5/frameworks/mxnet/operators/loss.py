@@ -6,11 +6,11 @@ from __future__ import annotations
 import mxnet as mx
 import numpy as np
 
-from d5.errors import ShapeError
 from d5.frameworks.mxnet.operators import MXOp, register
 from d5.frameworks.mxnet.operators._helpers import Symbol, as_symbol, dtype_of, reshape, shape_of, static
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import not_broadcastable
+from d5.ops.tensor_checks import check_class_weights, check_labels, check_loss_inputs
 
 
 @register("NegativeLogLikelihoodLoss")
@@ -29,38 +29,17 @@ class NegativeLogLikelihoodLoss(MXOp):
         labels outside [0, classes) other than ignore_index."""
         name = type(self).__name__
         shape = shape_of(scores)
-        if len(shape) < 2:
-            raise ShapeError(f"{name}: scores must be (N, C) or (N, C, d1, ...), got shape {shape}")
-        if dtype_of(labels).kind not in "iu":
-            raise ShapeError(f"{name}: labels must be integers (int64 class indices), got {dtype_of(labels).name}")
-        expected = (shape[0], *shape[2:])
-        if shape_of(labels) != expected:
-            raise ShapeError(f"{name}: labels of shape {shape_of(labels)} do not match scores of shape {shape}; "
-                             f"expected labels of shape {expected}")
-        classes = shape[1]
-        if weights is not None and shape_of(weights) != (classes,):
-            raise ShapeError(f"{name}: weights must have shape ({classes},) for scores of shape {shape}, got "
-                             f"{shape_of(weights)}")
+        check_loss_inputs(name, shape, shape_of(labels), dtype_of(labels).kind in "iu", dtype_of(labels).name)
+        check_class_weights(name, shape, None if weights is None else shape_of(weights))
         known = static(labels)
         if known is not None:
-            self._check_labels(known, shape)
+            check_labels(name, known, shape, self.ignore_index)
 
     #: The labels: fed to a composed graph, the executor checks them before each run (``pick`` would clip them).
     checked_inputs = (1,)
 
     def check_value(self, index, value, shapes) -> None:
-        self._check_labels(np.asarray(value), shapes[0])
-
-    def _check_labels(self, labels: np.ndarray, shape: tuple[int, ...]) -> None:
-        classes = shape[1]
-        if labels.size and 0 <= labels.min() and labels.max() < classes:
-            return  # the common case, checked per step: two reductions
-        counted = labels if self.ignore_index is None else labels[labels != self.ignore_index]
-        bad = counted[(counted < 0) | (counted >= classes)]
-        if bad.size:
-            raise ShapeError(f"{type(self).__name__}: label {int(bad[0])} is out of range for scores of shape {shape} "
-                             f"({classes} classes); labels must be in [0, {classes})"
-                             + ("" if self.ignore_index is None else f" or equal ignore_index={self.ignore_index}"))
+        check_labels(type(self).__name__, np.asarray(value), shapes[0], self.ignore_index)
 
     def _nll(self, log_prob, labels, weights):
         dtype = dtype_of(log_prob)

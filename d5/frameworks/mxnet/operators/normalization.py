@@ -26,10 +26,12 @@ from d5.frameworks.mxnet.operators import MXOp, register
 from d5.frameworks.mxnet.operators._helpers import Symbol, as_symbol, dtype_of, reshape, shape_of
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import normalize_axis
+from d5.ops.window_checks import (STASH_DTYPE_NAMES, STASH_FLOAT64, check_batch_norm, check_broadcastable,
+                                  check_group_norm, check_group_norm18, check_instance_norm, lrn_half_window, mvn_axes,
+                                  normalized_axis, require_channels)
 
-_STASH_FLOAT64 = 11  # stash_type values: TensorProto float types; 11 (float64) widens the statistics
-# The dtype of LayerNormalization's Mean and InvStdDev outputs per stash_type (bfloat16's as the reference: float32).
-_STASH_DTYPES = {1: np.float32, 10: np.float16, 11: np.float64, 16: np.float32}
+# The dtype of LayerNormalization's Mean and InvStdDev outputs per stash_type.
+_STASH_DTYPES = {stash: np.dtype(name) for stash, name in STASH_DTYPE_NAMES.items()}
 _FLOAT32 = np.dtype(np.float32)
 
 
@@ -45,17 +47,6 @@ def _cast(dtype, *values):
 def _per_channel(value: Symbol, rank: int) -> Symbol:
     """A (C,) vector shaped (1, C, 1, ...) to broadcast over (N, C, ...)."""
     return reshape(value, (1, shape_of(value)[0]) + (1,) * (rank - 2))
-
-
-def _require_broadcastable(op_name: str, value, what: str, shape) -> None:
-    # A scale or bias must broadcast to X without changing X's shape.
-    try:
-        fits = np.broadcast_shapes(shape_of(value), tuple(shape)) == tuple(shape)
-    except ValueError:
-        fits = False
-    if not fits:
-        raise ShapeError(f"{op_name}: {what} of shape {shape_of(value)} does not broadcast to the input's shape "
-                         f"{tuple(shape)}")
 
 
 def _broadcast(value: Symbol, shape) -> Symbol:
@@ -170,14 +161,7 @@ class BatchNormalization(MXOp):
             raise ShapeError("BatchNormalization: expected 5 inputs (X, scale, B, input_mean, input_var) with some "
                              "missing")
         shape = shape_of(x)
-        if len(shape) < 2:
-            raise ShapeError(f"BatchNormalization: X must be (N, C, ...), got shape {shape}")
-        for name, value in zip(("scale", "B", "input_mean", "input_var"), (scale, bias, mean, var)):
-            if shape_of(value) != (shape[1],):
-                raise ShapeError(f"BatchNormalization: input {name!r} must have shape ({shape[1]},) (one value per "
-                                 f"channel of X {shape}), got {shape_of(value)}")
-        if 0 in shape:
-            raise ShapeError(f"BatchNormalization: X is empty (shape {shape}); there are no statistics to compute")
+        check_batch_norm(shape, [shape_of(v) for v in (scale, bias, mean, var)], require_data=True)
         # The kernel computes float32 (float64 too, on the CPU) when every input has X's dtype.
         native = all(dtype_of(v) == dtype_of(x) for v in (scale, bias, mean, var)) and \
             dtype_of(x) in (np.float32, np.float64)
@@ -245,10 +229,7 @@ class InstanceNormalization(MXOp):
         if x is None or scale is None or bias is None:
             raise ShapeError("InstanceNormalization: expected inputs (X, scale, B)")
         shape = shape_of(x)
-        shapes = shape_of(scale), shape_of(bias)
-        if len(shape) < 3 or shapes != ((shape[1],), (shape[1],)):
-            raise ShapeError(f"InstanceNormalization: X must be (N, C, D1, ...) and scale, B of shape (C,); got X "
-                             f"{shape}, scale {shapes[0]}, B {shapes[1]}")
+        check_instance_norm(shape, shape_of(scale), shape_of(bias))
         if all(dtype_of(v) == _FLOAT32 for v in (x, scale, bias)):
             return mx.sym.InstanceNorm(x, as_symbol(scale), as_symbol(bias), eps=float(self.epsilon))
         compute = _compute_dtype(x, scale, bias)
@@ -283,15 +264,13 @@ class LayerNormalization(MXOp):
             raise ShapeError("LayerNormalization: expected inputs (X, Scale) or (X, Scale, B)")
         shape = shape_of(x)
         rank = len(shape)
-        if not -rank <= self.axis < rank:
-            raise ShapeError(f"LayerNormalization: axis={self.axis} is out of range for X of rank {rank}")
+        axis = normalized_axis("LayerNormalization", self.axis, rank)
         for value, what in ((scale, "Scale"), (bias, "B")):
             if value is not None:
-                _require_broadcastable("LayerNormalization", value, what, shape)
-        axis = self.axis % rank
+                check_broadcastable("LayerNormalization", what, shape_of(value), shape)
         tail = shape[axis:]
         wants_statistics = self.node_output_count is not None and self.node_output_count > 1
-        compute = np.dtype(np.float64) if self.stash_type == _STASH_FLOAT64 else _compute_dtype(x, scale, bias)
+        compute = np.dtype(np.float64) if self.stash_type == STASH_FLOAT64 else _compute_dtype(x, scale, bias)
         fits = all(v is None or _fits_tail(shape_of(v), len(tail)) for v in (scale, bias))
         if not wants_statistics and fits and compute == _FLOAT32 and dtype_of(x) == _FLOAT32 and 0 not in shape:
             size = int(np.prod(tail))
@@ -338,15 +317,7 @@ class GroupNormalization(MXOp):
         adopt(self, operator_attributes("GroupNormalization", attributes))
 
     def _check(self, shape, scale, bias) -> None:
-        if len(shape) < 2 or shape[1] % self.num_groups:
-            raise ShapeError(f"GroupNormalization: X must be (N, C, ...) with C divisible by num_groups="
-                             f"{self.num_groups}, got shape {shape}")
-        channels = shape[1]
-        shapes = shape_of(scale), shape_of(bias)
-        if shapes[0] != shapes[1] or shapes[0] not in ((channels,), (self.num_groups,)):
-            raise ShapeError(f"GroupNormalization: scale and bias must both have shape ({channels},) (per channel, "
-                             f"opset 21) or ({self.num_groups},) (per group, opset 18); got {shapes[0]} and "
-                             f"{shapes[1]}")
+        check_group_norm(shape, self.num_groups, shape_of(scale), shape_of(bias))
 
     def __call__(self, x, scale=None, bias=None):
         if x is None or scale is None or bias is None:
@@ -354,7 +325,7 @@ class GroupNormalization(MXOp):
         shape = shape_of(x)
         self._check(shape, scale, bias)
         channels, groups, rank = shape[1], self.num_groups, len(shape)
-        compute = np.dtype(np.float64) if self.stash_type == _STASH_FLOAT64 else _compute_dtype(x, scale, bias)
+        compute = np.dtype(np.float64) if self.stash_type == STASH_FLOAT64 else _compute_dtype(x, scale, bias)
         xc, s, b = _cast(compute, x, scale, bias)
         per_group = shape_of(s)[0] != channels
         if compute == _FLOAT32 and dtype_of(x) == _FLOAT32 and rank >= 3 and 0 not in shape:
@@ -379,11 +350,7 @@ class GroupNormalization18(GroupNormalization):
     (C,) parameters are refused, as the reference, onnxruntime and ONNX's reference do."""
 
     def _check(self, shape, scale, bias) -> None:
-        shapes = shape_of(scale), shape_of(bias)
-        if shapes[0] != shapes[1] or shapes[0] != (self.num_groups,):
-            raise ShapeError(f"GroupNormalization (opset 18-20): scale and bias must both have shape "
-                             f"({self.num_groups},) (one per group; per-channel (C,) parameters came with opset 21), "
-                             f"got {shapes[0]} and {shapes[1]}")
+        check_group_norm18(self.num_groups, shape_of(scale), shape_of(bias))
         super()._check(shape, scale, bias)
 
 
@@ -400,11 +367,9 @@ class RMSNormalization(MXOp):
             raise ShapeError("RMSNormalization: expected inputs (X, scale)")
         shape = shape_of(x)
         rank = len(shape)
-        if not -rank <= self.axis < rank:
-            raise ShapeError(f"RMSNormalization: axis={self.axis} is out of range for X of rank {rank}")
-        _require_broadcastable("RMSNormalization", scale, "scale", shape)
-        axes = tuple(range(self.axis % rank, rank))
-        compute = np.dtype(np.float64) if self.stash_type == _STASH_FLOAT64 else _compute_dtype(x, scale)
+        axes = tuple(range(normalized_axis("RMSNormalization", self.axis, rank), rank))
+        check_broadcastable("RMSNormalization", "scale", shape_of(scale), shape)
+        compute = np.dtype(np.float64) if self.stash_type == STASH_FLOAT64 else _compute_dtype(x, scale)
         xc, s = _cast(compute, x, scale)
         inv_rms = mx.sym.rsqrt(mx.sym.mean(mx.sym.square(xc), axis=axes, keepdims=True) + float(self.epsilon))
         y = mx.sym.broadcast_mul(mx.sym.broadcast_mul(xc, inv_rms), _broadcast(s, shape))
@@ -443,13 +408,11 @@ class LRN(MXOp):
 
     def __call__(self, x):
         shape = shape_of(x)
-        if len(shape) < 2:
-            raise ShapeError(f"LRN: X must be (N, C, ...), got shape {shape}")
+        require_channels("LRN", shape)
         compute = _compute_dtype(x)
         xc = as_symbol(x, compute)
         n, channels = shape[:2]
-        # A window reaching past every channel sums them all: clip it, so a huge size costs no more.
-        half = min((self.size - 1) // 2, channels - 1)
+        half = lrn_half_window(self.size, channels)
         squares = reshape(mx.sym.square(xc), (n, 1, channels, int(np.prod(shape[2:], dtype=np.int64))))
         if half:
             sums = mx.sym.Pooling(squares, kernel=(2 * half + 1, 1), pad=(half, 0), stride=(1, 1), pool_type="sum",
@@ -471,12 +434,7 @@ class MeanVarianceNormalization(MXOp):
         adopt(self, operator_attributes("MeanVarianceNormalization", attributes))
 
     def __call__(self, x):
-        shape = shape_of(x)
-        rank = len(shape)
-        if not self.axes or any(not -rank <= a < rank for a in self.axes):
-            raise ShapeError(f"MeanVarianceNormalization: axes {list(self.axes)} must be non-empty and lie in "
-                             f"[{-rank}, {rank}) for X of shape {shape}; set the axes attribute to match X")
-        axes = tuple(sorted({a % rank for a in self.axes}))
+        axes = mvn_axes(self.axes, shape_of(x))
         xc = as_symbol(x, _compute_dtype(x))
         centered = mx.sym.broadcast_sub(xc, mx.sym.mean(xc, axis=axes, keepdims=True))
         variance = mx.sym.mean(mx.sym.square(centered), axis=axes, keepdims=True)

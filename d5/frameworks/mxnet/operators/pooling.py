@@ -37,6 +37,9 @@ from d5.frameworks.mxnet.operators._helpers import (as_symbol, dtype_of, ints, p
                                                     shape_of, static)
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import unpooled_shape
+from d5.ops.window_checks import (check_global_pool_input, check_pool_input, check_unpool_index_range,
+                                  check_unpool_inputs, pool_index_table, subsamples, unpool_output_shape,
+                                  window_counts)
 
 _KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16))
 
@@ -106,12 +109,7 @@ class _WindowPool(MXOp):
         adopt(self, operator_attributes(self.op_name, attributes))
 
     def _check(self, shape) -> None:
-        if len(shape) not in (3, 4, 5):
-            raise ShapeError(f"{self.op_name}: X must be (N, C, L), (N, C, H, W) or (N, C, D, H, W), got shape "
-                             f"{shape}")
-        if len(self.kernel_shape) != len(shape) - 2:
-            raise ShapeError(f"{self.op_name}: kernel_shape {list(self.kernel_shape)} has {len(self.kernel_shape)} "
-                             f"axes but X of shape {shape} has {len(shape) - 2} spatial axes")
+        check_pool_input(self.op_name, shape, self.kernel_shape)
 
     def _window(self, shape) -> _Window:
         return self.planned(tuple(shape), self._resolve, tuple(shape))
@@ -142,6 +140,22 @@ class _WindowPool(MXOp):
     def _tap_list(self, x, window: _Window, pad_value: float) -> list:
         padded = _pad(x, window.sides, pad_value)
         return _taps(padded, self.kernel_shape, window.strides, window.dilations, window.geometry.out)
+
+    def _in_float(self, x):
+        """``(shape, dtype, window, compute, xc)``: X's shape and dtype, its window, and X as ``xc`` in the dtype
+        ``compute`` the sums are computed in (float32; float64 for float64 X)."""
+        x = as_symbol(x)
+        shape, dtype = shape_of(x), dtype_of(x)
+        window = self._window(shape)
+        compute = np.float64 if dtype == np.float64 else np.float32
+        return shape, dtype, window, compute, as_symbol(x, compute)
+
+    def _sums(self, x, window: _Window, rank: int):
+        """Each window's sum of ``x`` (zero padded): MXNet's sum pooling where it applies (no dilations, 1 to 3
+        spatial axes), else the taps added."""
+        if all(d == 1 for d in window.dilations) and rank <= 5:
+            return self._pooled(x, window, "sum", 0.0)
+        return mx.sym.add_n(*self._tap_list(x, window, 0.0))
 
 
 @register("MaxPool")
@@ -185,7 +199,7 @@ class MaxPool(_WindowPool):
     def _extra(self, window: _Window, shape):
         spatial, out = shape[2:], window.geometry.out
         subsample = None
-        if all(k == 1 for k in self.kernel_shape) and all(b == 0 and e <= 0 for b, e in window.sides):
+        if subsamples(self.kernel_shape, window.sides):
             # A 1x1 window with strides only picks every stride-th element (a CIFAR ResNet's option-A shortcut):
             # a strided slice, where the pooling kernel would read and write the whole tensor.
             subsample = dict(begin=(0,) * len(shape),
@@ -194,20 +208,11 @@ class MaxPool(_WindowPool):
         return subsample, self._index_table(window, spatial)
 
     def _index_table(self, window: _Window, spatial) -> np.ndarray:
-        """(prod(out) * taps,): the in-plane flat index in X of each window position's tap, -1 in the padding."""
-        out, kernel = window.geometry.out, self.kernel_shape
-        rank = len(spatial)
-        steps = [math.prod(spatial[a + 1:]) for a in range(rank)]
-        if self.storage_order == 1:  # column-major per plane, the first spatial axis fastest (as the reference)
-            steps = [math.prod(spatial[:a]) for a in range(rank)]
-        index = np.zeros([*out, *kernel], dtype=np.int64)
-        inside = np.ones([*out, *kernel], dtype=bool)
-        grids = np.ix_(*[np.arange(n) for n in out], *[np.arange(k) for k in kernel])
-        for a in range(rank):
-            coord = grids[a] * window.strides[a] + grids[rank + a] * window.dilations[a] - window.sides[a][0]
-            inside = inside & (coord >= 0) & (coord < spatial[a])
-            index = index + coord * steps[a]
-        return np.where(inside, index, -1).reshape(-1).astype(np.float64)
+        """(prod(out) * taps,): the in-plane flat index in X of each window position's tap, -1 in the padding
+        (column-major per plane with ``storage_order=1``, as the reference)."""
+        table = pool_index_table(spatial, window.geometry.out, self.kernel_shape, window.strides, window.dilations,
+                                 [begin for begin, _ in window.sides], self.storage_order)
+        return table.reshape(-1).astype(np.float64)
 
     def _indices(self, arg, table: np.ndarray, shape):
         """ONNX's indices of the taps ``arg`` (N, C, *out) picked."""
@@ -234,20 +239,12 @@ class AveragePool(_WindowPool):
     op_name = "AveragePool"
 
     def __call__(self, x):
-        x = as_symbol(x)
-        shape, dtype = shape_of(x), dtype_of(x)
-        window = self._window(shape)
-        compute = np.float64 if dtype == np.float64 else np.float32
-        xc = as_symbol(x, compute)
+        shape, dtype, window, compute, xc = self._in_float(x)
         inverse = window.extra  # per output position: 1 / the divisor (None: the kernel's own count is ONNX's)
         if inverse is None:
             y = self._pooled(xc, window, "avg", 0.0, count_include_pad=bool(self.count_include_pad))
         else:
-            if all(d == 1 for d in window.dilations):
-                sums = self._pooled(xc, window, "sum", 0.0)
-            else:
-                sums = mx.sym.add_n(*self._tap_list(xc, window, 0.0))
-            y = mx.sym.broadcast_mul(sums, as_symbol(inverse.astype(compute)))
+            y = mx.sym.broadcast_mul(self._sums(xc, window, len(shape)), as_symbol(inverse.astype(compute)))
         return as_symbol(y, dtype)
 
     def _extra(self, window: _Window, shape):
@@ -263,18 +260,8 @@ class AveragePool(_WindowPool):
         return inverse.reshape(1, 1, *counts.shape)
 
     def _counts(self, spatial, window: _Window, inside_only: bool = False) -> np.ndarray:
-        geometry, strides, dilations = window.geometry, window.strides, window.dilations
-        counts = np.ones((), dtype=np.int64)
-        crops, applied = geometry.crops, geometry.applied_pads
-        rank = len(spatial)
-        for axis, size in enumerate(spatial):
-            size = size - crops[axis] - crops[axis + rank]  # the windows see the cropped input
-            begin, end = applied[axis], applied[axis + rank]
-            low, high = (-begin, size + end) if self.count_include_pad and not inside_only else (0, size)
-            coords = (np.arange(geometry.out[axis])[:, None] * strides[axis] - begin
-                      + np.arange(self.kernel_shape[axis])[None, :] * dilations[axis])
-            counts = np.multiply.outer(counts, ((coords >= low) & (coords < high)).sum(axis=1))
-        return counts
+        return window_counts(spatial, window.geometry, self.kernel_shape, window.strides, window.dilations,
+                             bool(self.count_include_pad) and not inside_only)
 
 
 @register("LpPool")
@@ -292,17 +279,10 @@ class LpPool(_WindowPool):
                              f"be a {len(self.kernel_shape) + 2}-D tensor, got shape {shape}")
 
     def __call__(self, x):
-        x = as_symbol(x)
-        shape, dtype = shape_of(x), dtype_of(x)
-        window = self._window(shape)
-        compute = np.float64 if dtype == np.float64 else np.float32
-        xc = as_symbol(x, compute)
+        shape, dtype, window, _, xc = self._in_float(x)
         powered = mx.sym.abs(xc) if self.p == 1 else mx.sym.abs(xc) ** float(self.p)
         # Padding (and a ceil_mode overhang) reads zeros, which add nothing to the sums.
-        if all(d == 1 for d in window.dilations) and len(shape) <= 5:
-            sums = self._pooled(powered, window, "sum", 0.0)
-        else:
-            sums = mx.sym.add_n(*self._tap_list(powered, window, 0.0))
+        sums = self._sums(powered, window, len(shape))
         positive = sums > 0
         root = mx.sym.where(positive, sums, mx.sym.ones_like(sums)) ** (1.0 / float(self.p))
         return as_symbol(mx.sym.where(positive, root, mx.sym.zeros_like(root)), dtype)
@@ -317,9 +297,7 @@ class _GlobalPool(MXOp):
 
     def _check(self, x):
         shape = shape_of(x)
-        if len(shape) < 3 or 0 in shape[2:]:
-            raise ShapeError(f"{self.op_name}: X must be (N, C, spatial...) with non-empty spatial axes, got shape "
-                             f"{shape}")
+        check_global_pool_input(self.op_name, shape, require_data=True)
         return shape
 
 
@@ -365,28 +343,18 @@ class MaxUnpool(MXOp):
     def __call__(self, x, indices, output_shape=None):
         if x is None or indices is None:
             raise ShapeError("MaxUnpool: expected inputs (X, I) or (X, I, output_shape)")
-        rank = len(self.kernel_shape)
         x_shape, i_shape = shape_of(x), shape_of(indices)
-        if len(x_shape) != rank + 2 or i_shape != x_shape:
-            raise ShapeError(f"MaxUnpool: X must be (N, C) plus {rank} spatial axes (kernel_shape "
-                             f"{list(self.kernel_shape)}) and I of X's shape; got X {x_shape}, I {i_shape}")
-        if dtype_of(indices).kind not in "iu":
-            raise ShapeError(f"MaxUnpool: I must hold integer (int64) indices, got dtype {dtype_of(indices)}")
+        check_unpool_inputs(x_shape, i_shape, self.kernel_shape, dtype_of(indices).kind in "iu", dtype_of(indices))
         inferred = unpooled_shape("MaxUnpool", x_shape, self.kernel_shape, self.strides, self.pads)
-        shape = inferred
-        if output_shape is not None:
-            shape = tuple(ints(output_shape, "MaxUnpool's output_shape"))
-            if len(shape) != len(x_shape) or shape[:2] != inferred[:2] or any(o < i for o, i in zip(shape, inferred)):
-                raise ShapeError(f"MaxUnpool: output_shape {list(shape)} must have X's rank, N and C, and be at "
-                                 f"least the unpooled shape {list(inferred)} on every axis")
+        shape = unpool_output_shape(inferred, None if output_shape is None else
+                                    ints(output_shape, "MaxUnpool's output_shape"))
         total = math.prod(inferred)
         flat_x = reshape(as_symbol(x), (math.prod(x_shape),))
         known = static(indices)
         if known is not None:
             flat = known.reshape(-1).astype(np.int64)
-            if flat.size and (flat.min() < 0 or flat.max() >= total):
-                raise ShapeError(f"MaxUnpool: indices must lie in [0, {total}) (flat positions in the unpooled shape "
-                                 f"{list(inferred)}), got values in [{int(flat.min())}, {int(flat.max())}]")
+            if flat.size:
+                check_unpool_index_range(int(flat.min()), int(flat.max()), inferred)
             winners = flat.size - 1 - np.unique(flat[::-1], return_index=True)[1]  # the last writer of each
             values = flat_x if winners.size == flat.size and np.array_equal(winners, np.arange(flat.size)) else \
                 mx.sym.take(flat_x, as_symbol(winners.astype(np.int64)))

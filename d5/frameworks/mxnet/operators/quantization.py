@@ -20,21 +20,21 @@ from d5.frameworks.mxnet.operators import MXOp, register
 from d5.frameworks.mxnet.operators._helpers import HELD_DTYPES, Symbol, as_symbol
 from d5.frameworks.mxnet.operators._helpers import dtype_of, np_dtype, pad_sides, reshape, resolve_pads, shape_of
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import broadcast_shape, quantization_axis
+from d5.ops.onnx_semantics import quantization_axis
+from d5.ops.window_checks import (QUANTIZED_RANGES, a_zero_point_rows, check_b_zero_point, check_conv_weights,
+                                  check_matmul_integer, check_requantize_broadcast, check_zero_point_broadcast,
+                                  matmul_plan, qlinear_matmul_shapes)
 
-# Saturation ranges by dtype name (the packed types have no np.iinfo).
-_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
-           "uint4": (0, 15), "int4": (-8, 7), "uint2": (0, 3), "int2": (-2, 1), "int32": (-2 ** 31, 2 ** 31 - 1)}
 # NumPy's promotion of two floating types (float16 with float32 gives float32).
 _FLOAT_RANK = {"float16": 1, "float32": 2, "float64": 3}
 
 
 def _integer_range(op_name: str, dtype) -> tuple[int, int]:
     try:
-        return _RANGES[np.dtype(dtype).name]
+        return QUANTIZED_RANGES[np.dtype(dtype).name]
     except (KeyError, TypeError):
         raise UnsupportedOperatorError(f"{op_name}: quantization to {dtype} is not supported; supported: "
-                                       f"{', '.join(_RANGES)} (float8/float4 are not)") from None
+                                       f"{', '.join(QUANTIZED_RANGES)} (float8/float4 are not)") from None
 
 
 def _target(op_name: str, dtype) -> np.dtype:
@@ -180,20 +180,11 @@ class DynamicQuantizeLinear(MXOp):
 def _product(op_name: str, left, right, shapes: str):
     """NumPy's matmul on static shapes (a 1-D operand gains an axis that the result loses, batch axes broadcast);
     a ShapeError naming ``shapes`` where they do not multiply."""
-    a, b = shape_of(left), shape_of(right)
-    if not a or not b:
-        raise ShapeError(f"{op_name}: cannot multiply {shapes}")
-    drop_row, drop_column = len(a) == 1, len(b) == 1
+    a, b, batch, drop_row, drop_column = matmul_plan(op_name, shape_of(left), shape_of(right), shapes)
     if drop_row:
-        left, a = reshape(left, (1,) + a), (1,) + a
+        left = reshape(left, a)
     if drop_column:
-        right, b = reshape(right, b + (1,)), b + (1,)
-    try:
-        if a[-1] != b[-2]:
-            raise ShapeError("inner dimensions differ")
-        batch = broadcast_shape(op_name, a[:-2], b[:-2])
-    except ShapeError:
-        raise ShapeError(f"{op_name}: cannot multiply {shapes}") from None
+        right = reshape(right, b)
     product = mx.sym.np.matmul(left.as_np_ndarray(), right.as_np_ndarray()).as_nd_ndarray()
     shape = tuple(batch) + ((a[-2],) if not drop_row else ()) + ((b[-1],) if not drop_column else ())
     return reshape(product, shape) if drop_row or drop_column else product
@@ -203,10 +194,7 @@ def _shifted(op_name: str, value, zero, shapes: str):
     """``value - zero`` in float64 with NumPy broadcasting; a ShapeError where the shapes do not broadcast."""
     if zero is None:
         return _float(value, np.float64)
-    try:
-        broadcast_shape(op_name, shape_of(value), shape_of(zero))
-    except ShapeError:
-        raise ShapeError(f"{op_name}: zero points must be scalars or broadcast against {shapes}") from None
+    check_zero_point_broadcast(op_name, shape_of(value), shape_of(zero), shapes)
     return mx.sym.broadcast_sub(_float(value, np.float64), _float(zero, np.float64))
 
 
@@ -219,22 +207,14 @@ class MatMulInteger(MXOp):
 
     def __call__(self, a, b, a_zero_point=None, b_zero_point=None):
         a_shape, b_shape = shape_of(a), shape_of(b)
-        if len(a_shape) < 1 or len(b_shape) < 1:
-            raise ShapeError(f"MatMulInteger: A and B must have at least one dimension, got shapes {a_shape} and "
-                             f"{b_shape}")
+        check_matmul_integer(a_shape, b_shape)
         left = _float(a, np.float64)
         if a_zero_point is not None:
-            rows = a_shape[-2] if len(a_shape) > 1 else 1
+            rows = a_zero_point_rows(a_shape, shape_of(a_zero_point))
             size = int(np.prod(shape_of(a_zero_point)))
-            if size != 1 and shape_of(a_zero_point) != (rows,):
-                raise ShapeError(f"MatMulInteger: a_zero_point must be a scalar or 1-D of length {rows} (A's rows), "
-                                 f"got shape {shape_of(a_zero_point)}")
             zero = _float(a_zero_point, np.float64)
             left = mx.sym.broadcast_sub(left, reshape(zero, (rows, 1) if size > 1 else ()))
-        if b_zero_point is not None and int(np.prod(shape_of(b_zero_point))) != 1 \
-                and shape_of(b_zero_point) != b_shape[-1:]:
-            raise ShapeError(f"MatMulInteger: b_zero_point must be a scalar or 1-D of length {b_shape[-1]} (B's "
-                             f"columns), got shape {shape_of(b_zero_point)}")
+        check_b_zero_point(b_shape, None if b_zero_point is None else shape_of(b_zero_point))
         right = _float(b, np.float64)
         if b_zero_point is not None:
             zero = _float(b_zero_point, np.float64)
@@ -254,19 +234,15 @@ class QLinearMatMul(MXOp):
         pass
 
     def __call__(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point=None):
-        shapes = (f"A {shape_of(a)} and B {shape_of(b)} with zero points of shapes "
-                  f"{shape_of(a_zero_point) if a_zero_point is not None else ()} and "
-                  f"{shape_of(b_zero_point) if b_zero_point is not None else ()}")
+        shapes = qlinear_matmul_shapes(shape_of(a), shape_of(b),
+                                       None if a_zero_point is None else shape_of(a_zero_point),
+                                       None if b_zero_point is None else shape_of(b_zero_point))
         dtype = _target("QLinearMatMul", dtype_of(y_zero_point if y_zero_point is not None else a))
         left = _shifted("QLinearMatMul", a, a_zero_point, shapes)
         right = _shifted("QLinearMatMul", b, b_zero_point, shapes)
         product = _product("QLinearMatMul", left, right, shapes)
         terms = [a_scale, b_scale, y_scale] + ([] if y_zero_point is None else [y_zero_point])
-        try:
-            broadcast_shape("QLinearMatMul", shape_of(product), *(shape_of(t) for t in terms))
-        except ShapeError:
-            raise ShapeError(f"QLinearMatMul: the scales and y_zero_point must be scalars or broadcast against the "
-                             f"product of shape {shape_of(product)}") from None
+        check_requantize_broadcast(shape_of(product), (shape_of(t) for t in terms))
         common = _promoted(_promoted(dtype_of(a_scale), dtype_of(b_scale)), dtype_of(y_scale))
         multiplier = mx.sym.broadcast_div(mx.sym.broadcast_mul(_float(a_scale, common), _float(b_scale, common)),
                                           _float(y_scale, common))
@@ -291,16 +267,7 @@ class _IntegerConv(MXOp):
         """The float64 convolution (N, M, spatial...) of the shifted ``x`` and ``w`` (M, C/group, kernel...)."""
         shape, w_shape = shape_of(x), shape_of(w)
         rank = len(shape)
-        if rank not in (3, 4, 5) or len(w_shape) != rank:
-            raise UnsupportedOperatorError(f"{self.op_name}: X and W must both be 3-D to 5-D (1 to 3 spatial axes), "
-                                           f"got X {shape} and W {w_shape}")
-        kernel = tuple(w_shape[2:])
-        if self.kernel_shape is not None and tuple(self.kernel_shape) != kernel:
-            raise ShapeError(f"{self.op_name}: attribute kernel_shape={list(self.kernel_shape)} disagrees with W's "
-                             f"kernel {list(kernel)}; fix the attribute or the weights")
-        if shape[1] != w_shape[1] * self.group:
-            raise ShapeError(f"{self.op_name}: X has {shape[1]} channels but W {w_shape} with group={self.group} "
-                             f"expects {w_shape[1] * self.group}")
+        kernel = check_conv_weights(self.op_name, shape, w_shape, shape[1], self.kernel_shape, self.group)
         _, strides, dilations, sides = resolve_pads(self.op_name, shape[2:], kernel, self.strides, self.dilations,
                                                     self.pads, self.auto_pad, clamp_same_pads=True)
         shifted_x = _float(x, np.float64)

@@ -32,10 +32,14 @@ from __future__ import annotations
 import mxnet as mx
 import numpy as np
 
-from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.errors import ShapeError
 from d5.frameworks.mxnet.operators import MXOp, register
 from d5.frameworks.mxnet.operators._helpers import Symbol, as_symbol, dtype_of, reshape, shape_of, static
-from d5.ops.onnx_attributes import RECURRENT_DEFAULT_ACTIVATIONS, adopt, operator_attributes
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.sequence_plans import (RecurrentSpec, check_hidden_size, check_recurrent_attributes,
+                                   check_recurrent_inputs, check_recurrent_optional, check_recurrent_ranks,
+                                   check_recurrent_weights, check_sequence_lens_count, recurrent_state_shape,
+                                   sequence_lengths)
 
 
 def _hard_sigmoid(a, alpha, beta):
@@ -85,16 +89,12 @@ def _blocks(x: Symbol, count: int, axis: int = 0) -> list[Symbol]:
     return [pieces[i] for i in range(count)]
 
 
-class _Recurrent(MXOp):
-    op_name = ""
-    gates = 1
-    default_activations: tuple[str, ...] = ()
-    has_cell_state = False
-
+class _Recurrent(MXOp, RecurrentSpec):
     def __init__(self, **attributes) -> None:
         attributes = adopt(self, operator_attributes(self.op_name, attributes))
         self.activation_names = [name for name, _, _ in attributes.activations]
         self.activations = [(_ACTIVATIONS[name], alpha, beta) for name, alpha, beta in attributes.activations]
+        check_recurrent_attributes(self.op_name, attributes)
 
     def _act(self, index: int, a):
         if self.clip is not None:
@@ -106,11 +106,9 @@ class _Recurrent(MXOp):
 
     def __call__(self, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None):
         name = self.op_name
-        if x is None or w is None or r is None:
-            raise ShapeError(f"{name}: inputs X, W and R are required")
+        check_recurrent_inputs(name, x, w, r)
         xs, ws, rs = shape_of(x), shape_of(w), shape_of(r)
-        if len(xs) != 3 or len(ws) != 3 or len(rs) != 3:
-            raise ShapeError(f"{name}: X, W and R must be 3-D, got X {xs}, W {ws}, R {rs}")
+        check_recurrent_ranks(name, xs, ws, rs)
         given = [v for v in (x, w, r, b, initial_h, initial_c, p) if v is not None]
         kinds = [dtype_of(v) for v in given]
         if not all(k.kind == "f" for k in kinds):
@@ -118,9 +116,15 @@ class _Recurrent(MXOp):
                              "the input to float32 or float64")
         out_dtype = dtype_of(x)
         dtype = np.dtype(np.float64) if any(k == np.float64 for k in kinds) else np.dtype(np.float32)
-        hidden = rs[-1]
+        hidden = check_hidden_size(name, self.hidden_size, rs)
         seq, batch, features = (xs[1], xs[0], xs[2]) if self.layout else xs
-        self._check_shapes(xs, ws, rs, b, initial_h, initial_c, p, seq, batch, features, hidden)
+        dirs, gates = self.num_directions, self.gates
+        check_recurrent_weights(name, direction=self.direction, dirs=dirs, gates=gates, hidden=hidden,
+                                x_shape=(seq, batch, features), w_shape=ws, r_shape=rs)
+        b_shape, h_shape, c_shape, p_shape = (None if v is None else shape_of(v) for v in (b, initial_h, initial_c, p))
+        check_recurrent_optional(name, dirs=dirs, gates=gates, hidden=hidden,
+                                 state=recurrent_state_shape(dirs, batch, hidden, self.layout), b=b_shape,
+                                 initial_h=h_shape, initial_c=c_shape, p=p_shape)
         lens = self._lengths(sequence_lens, seq, batch)
 
         def cast(v):
@@ -145,20 +149,6 @@ class _Recurrent(MXOp):
 
     # -- checks --------------------------------------------------------------------------------------
 
-    def _check_shapes(self, xs, ws, rs, b, initial_h, initial_c, p, seq, batch, features, hidden):
-        name, dirs, gates = self.op_name, self.num_directions, self.gates
-        if self.hidden_size is not None and self.hidden_size != hidden:
-            raise ShapeError(f"{name}: hidden_size={self.hidden_size} disagrees with R of shape {rs}")
-        if ws != (dirs, gates * hidden, features) or rs != (dirs, gates * hidden, hidden):
-            raise ShapeError(f"{name}: with direction={self.direction} and X {(seq, batch, features)} expected W "
-                             f"{(dirs, gates * hidden, features)} and R {(dirs, gates * hidden, hidden)}; got W "
-                             f"{ws}, R {rs}")
-        state = (batch, dirs, hidden) if self.layout else (dirs, batch, hidden)
-        for label, value, shape in (("B", b, (dirs, 2 * gates * hidden)), ("initial_h", initial_h, state),
-                                    ("initial_c", initial_c, state), ("P", p, (dirs, 3 * hidden))):
-            if value is not None and shape_of(value) != shape:
-                raise ShapeError(f"{name}: {label} must have shape {shape}, got {shape_of(value)}")
-
     def _lengths(self, sequence_lens, seq: int, batch: int):
         """sequence_lens as a (batch,) symbol of the compute dtype's lengths, or None where every sequence is
         known to be whole (or none is given)."""
@@ -169,14 +159,8 @@ class _Recurrent(MXOp):
                              f"{dtype_of(sequence_lens).name}")
         known = static(sequence_lens)
         if known is not None:
-            lens = known.astype(np.int64).reshape(-1)
-            if lens.shape != (batch,) or (lens < 0).any() or (lens > seq).any():
-                raise ShapeError(f"{self.op_name}: sequence_lens must be {batch} integers in [0, {seq}], got "
-                                 f"{lens.tolist()}")
-            return None if (lens == seq).all() else lens
-        if int(np.prod(shape_of(sequence_lens))) != batch:
-            raise ShapeError(f"{self.op_name}: sequence_lens must hold {batch} lengths (one per batch item), got "
-                             f"shape {shape_of(sequence_lens)}")
+            return sequence_lengths(self.op_name, known, batch, seq)
+        check_sequence_lens_count(self.op_name, int(np.prod(shape_of(sequence_lens))), batch, shape_of(sequence_lens))
         return reshape(sequence_lens, (batch,))
 
     # -- the fused kernel ----------------------------------------------------------------------------
@@ -286,14 +270,7 @@ def _dense(h, weight, bias, units):
 class LSTM(_Recurrent):
     """ONNX LSTM: inputs X, W, R, optional B, sequence_lens, initial_h, initial_c, P; outputs Y, Y_h, Y_c."""
 
-    op_name, gates, has_cell_state = "LSTM", 4, True
-    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["LSTM"]
-
-    def __init__(self, **attributes) -> None:
-        super().__init__(**attributes)
-        if self.input_forget:
-            raise UnsupportedOperatorError("LSTM: input_forget=1 (coupled input and forget gates) is not supported; "
-                                           "use input_forget=0")
+    op_name = "LSTM"
 
     def _cell(self, r, rb, peep, acts, n):
         def step(xw, h, c):
@@ -316,8 +293,7 @@ class LSTM(_Recurrent):
 class GRU(_Recurrent):
     """ONNX GRU: inputs X, W, R, optional B, sequence_lens, initial_h; outputs Y, Y_h."""
 
-    op_name, gates = "GRU", 3
-    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["GRU"]
+    op_name = "GRU"
 
     def _cell(self, r, rb, peep, acts, n):
         r_zr, r_h = (mx.sym.slice_axis(r, axis=0, begin=0, end=2 * n), mx.sym.slice_axis(r, axis=0, begin=2 * n,
@@ -342,8 +318,7 @@ class GRU(_Recurrent):
 class RNN(_Recurrent):
     """ONNX RNN (Elman): ``H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb)``; outputs Y, Y_h."""
 
-    op_name, gates = "RNN", 1
-    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["RNN"]
+    op_name = "RNN"
 
     def _cell(self, r, rb, peep, acts, n):
         def step(xw, h, c):

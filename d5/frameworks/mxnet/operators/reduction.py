@@ -31,11 +31,11 @@ import math
 import mxnet as mx
 import numpy as np
 
-from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.errors import UnsupportedOperatorError
 from d5.frameworks.mxnet.operators import MXOp, register
 from d5.frameworks.mxnet.operators._helpers import HELD_DTYPES, Symbol, as_symbol, dtype_of, ints, reshape, shape_of
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import normalize_axes, normalize_axis
+from d5.ops.window_checks import arg_axis, empty_extremum, kept_shape, reduce_axes, reduced_shape, scan_axis
 
 
 def _held(op_name: str, x) -> np.dtype:
@@ -58,7 +58,7 @@ def _empty_set(x: Symbol, axes, value) -> Symbol:
     dtype = dtype_of(x)
     if dtype.kind == "f":
         return _sum(x, axes) * 0.0 + float(value)
-    return as_symbol(np.full(_kept(shape_of(x), axes), value, dtype))
+    return as_symbol(np.full(kept_shape(shape_of(x), axes), value, dtype))
 
 
 class _Reduction(MXOp):
@@ -70,22 +70,18 @@ class _Reduction(MXOp):
         axes = self.axes if axes is None else ints(axes, f"{name}'s axes (input 1)")
         shape = shape_of(x)
         dtype = _held(name, x)
-        rank = len(shape)
-        if not axes:
-            if self.noop_with_empty_axes:
-                return mx.sym.identity(x) if isinstance(x, Symbol) else np.array(x, copy=True)
-            axes = list(range(rank))
-        axes = sorted(normalize_axes(name, axes, rank))
+        axes = reduce_axes(name, axes, len(shape), self.noop_with_empty_axes)
+        if axes is None:
+            return mx.sym.identity(x) if isinstance(x, Symbol) else np.array(x, copy=True)
         x = as_symbol(x)
         if not math.prod(shape) and _count(shape, axes):
             # An empty input, a non-empty reduced set: an empty result, x reshaped (MXNet's reduction kernels
             # fail on empty outputs, asynchronously: the error surfaces in a later, unrelated operation).
-            return reshape(x, _kept(shape, axes) if self.keepdims else
-                           [d for i, d in enumerate(shape) if i not in axes])
-        if rank == 0:
+            return reshape(x, kept_shape(shape, axes) if self.keepdims else reduced_shape(shape, axes))
+        if not shape:
             return reshape(_cast(self._reduce(reshape(x, (1,)), [0], (1,)), dtype), ())
         out = _cast(self._reduce(x, axes, shape), dtype)  # keepdims shape
-        return out if self.keepdims else reshape(out, [d for i, d in enumerate(shape) if i not in axes])
+        return out if self.keepdims else reshape(out, reduced_shape(shape, axes))
 
     def _reduce(self, x: Symbol, axes: list[int], shape: tuple[int, ...]) -> Symbol:
         raise NotImplementedError
@@ -93,10 +89,6 @@ class _Reduction(MXOp):
 
 def _count(shape, axes) -> int:
     return math.prod(shape[a] for a in axes)
-
-
-def _kept(shape, axes) -> tuple[int, ...]:
-    return tuple(1 if i in axes else d for i, d in enumerate(shape))
 
 
 def _sum(x: Symbol, axes) -> Symbol:
@@ -204,7 +196,7 @@ class ReduceProd(_Reduction):
         if dtype == np.bool_:
             return mx.sym.min(x, axis=tuple(axes), keepdims=True)
         n = _count(shape, axes)
-        kept = _kept(shape, axes)
+        kept = kept_shape(shape, axes)
         if n == 0:  # an empty set: 1
             return _empty_set(x, axes, 1)
         if dtype.kind != "f":
@@ -226,15 +218,6 @@ class ReduceProd(_Reduction):
         return reshape(y, kept)
 
 
-def _empty_extremum(dtype: np.dtype, largest: bool):
-    if dtype.kind == "f":
-        return -np.inf if largest else np.inf
-    if dtype == np.bool_:
-        return not largest  # max of nothing is False, min of nothing True
-    info = np.iinfo(dtype)
-    return info.min if largest else info.max
-
-
 class _Extremum(_Reduction):
     """ReduceMax/ReduceMin on MXNet's ``max``/``min``. MXNet's gradient gives each tied extremum the whole
     cotangent; the reference shares it equally (as PyTorch's amax): the result is ``m + (extremum(x) - m) / k``
@@ -247,7 +230,8 @@ class _Extremum(_Reduction):
         dtype = dtype_of(x)
         axes_t = tuple(axes)
         if _count(shape, axes) == 0:  # an empty set: the identity of the reduction
-            return _empty_set(x, axes, _empty_extremum(dtype, self.largest))
+            return _empty_set(x, axes, empty_extremum(self.largest, dtype.kind == "f", dtype == np.bool_,
+                                                      lambda: np.iinfo(dtype)))
         reduce = mx.sym.max if self.largest else mx.sym.min
         if dtype == np.bool_:
             return mx.sym.cast(reduce(mx.sym.cast(x, "int8"), axis=axes_t, keepdims=True), "bool")
@@ -292,12 +276,9 @@ class _ArgExtremum(MXOp):
         name = type(self).__name__
         shape = shape_of(x)
         dtype = _held(name, x)
-        axis = normalize_axis(name, self.axis, len(shape))
-        if shape[axis] == 0:
-            raise ShapeError(f"{name}: axis {self.axis} of the input of shape {shape} is empty")
+        axis = arg_axis(name, self.axis, shape)
         x = mx.sym.BlockGrad(as_symbol(x))
-        kept = [d for i, d in enumerate(shape) if i != axis] if not self.keepdims else \
-            [1 if i == axis else d for i, d in enumerate(shape)]
+        kept = kept_shape(shape, [axis]) if self.keepdims else reduced_shape(shape, [axis])
         if not math.prod(shape):  # an empty result: no reduction kernel (MXNet's fail on empty outputs)
             return reshape(mx.sym.cast(x, "int64"), kept)
         if dtype == np.bool_:
@@ -335,19 +316,6 @@ class ArgMin(_ArgExtremum):
 
 # ------------------------------------------------------------------------------------------------ scans
 
-def _scan_axis(op_name: str, x, axis) -> int:
-    if axis is None:
-        raise ShapeError(f"{op_name}: the axis input (a scalar) is required")
-    values = ints(axis, f"{op_name}'s axis (input 1)")
-    if len(values) != 1:
-        raise ShapeError(f"{op_name}: axis (input 1) must be a single value (a scalar or a 1-element tensor), "
-                         f"got shape {tuple(np.shape(axis))}")
-    shape = shape_of(x)
-    if len(shape) < 1:
-        raise ShapeError(f"{op_name}: x must have at least 1 dimension, got shape {tuple(shape)}")
-    return normalize_axis(op_name, values[0], len(shape))
-
-
 #: The dtypes MXNet's ``np.cumsum`` sums in; the others (uint8, bool) are summed in int32 and cast back (uint8
 #: wraps as it would, bools become "any so far").
 _CUMSUM_DTYPES = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.int32, np.int64))
@@ -364,7 +332,8 @@ class _Scan(MXOp):
 
     def __call__(self, x, axis=None):
         name = type(self).__name__
-        axis = _scan_axis(name, x, axis)
+        axis = scan_axis(name, shape_of(x), axis, lambda value: ints(value, f"{name}'s axis (input 1)"),
+                         rank_first=False)
         dtype = _held(name, x)
         shape = shape_of(x)
         y = as_symbol(x)

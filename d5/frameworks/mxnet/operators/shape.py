@@ -40,7 +40,11 @@ from d5.frameworks.mxnet.operators._helpers import (HELD_DTYPES, Symbol, as_symb
 from d5.frameworks.mxnet.tensors import MX_BFLOAT16
 from d5.network.memory import check_allocation
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import normalize_axes, normalize_axis, reshape_target, slice_bounds, split_lengths
+from d5.ops.onnx_semantics import normalize_axis, reshape_target, split_lengths
+from d5.ops.tensor_checks import (check_concat_shapes, check_sequence_length_values, concat_axis, depth_to_space_plan,
+                                  expand_shape, flatten_axis, pad_positions, pad_widths, reverse_sequence_lengths,
+                                  shape_range, slice_arguments, slice_index, space_to_depth_plan, squeeze_axes,
+                                  tile_shape, transpose_perm, unsqueeze_shape)
 
 
 def _held(dtype: np.dtype) -> bool:
@@ -130,11 +134,7 @@ class Flatten(MXOp):
 
     def __call__(self, x):
         shape = shape_of(x)
-        rank = len(shape)
-        if not -rank <= self.axis <= rank:
-            raise ShapeError(f"Flatten: axis {self.axis} is out of range for a {rank}-D input of shape {shape}; "
-                             f"use an axis in [{-rank}, {rank}]")
-        axis = self.axis % rank if self.axis < 0 else self.axis
+        axis = flatten_axis(self.axis, shape)
         return _reshaped(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
 
 
@@ -167,11 +167,7 @@ class Transpose(MXOp):
         adopt(self, operator_attributes("Transpose", attributes))
 
     def __call__(self, x):
-        rank = len(shape_of(x))
-        perm = list(range(rank - 1, -1, -1)) if self.perm is None else list(self.perm)
-        if sorted(perm) != list(range(rank)):
-            raise ShapeError(f"Transpose: perm {perm} is not a permutation of the {rank} axes of the input")
-        return _transpose(_symbol(x), perm)
+        return _transpose(_symbol(x), transpose_perm(self.perm, len(shape_of(x))))
 
 
 @register("Concat")
@@ -183,18 +179,9 @@ class Concat(MXOp):
 
     def __call__(self, *inputs):
         present = [x for x in inputs if x is not None]
-        if not present:
-            raise ShapeError("Concat: needs at least one input")
         shapes = [shape_of(x) for x in present]
-        rank = len(shapes[0])
-        if not -rank <= self.axis < rank:
-            raise ShapeError(f"Concat: axis {self.axis} is out of range for {rank}-D inputs; use [{-rank}, {rank})")
-        axis = self.axis % rank
-        if any(len(s) != rank or any(a != b for i, (a, b) in enumerate(zip(s, shapes[0])) if i != axis)
-               for s in shapes):
-            listed = ", ".join(str(s) for s in shapes)
-            raise ShapeError(f"Concat: inputs of shapes {listed} must have the same rank and agree on every "
-                             f"dimension except axis {self.axis}")
+        axis = concat_axis(self.axis, shapes)
+        check_concat_shapes(shapes, axis, self.axis)
         # One dtype: a constant takes the graph's (ONNX requires them equal).
         dtype = dtype_of(next((x for x in present if isinstance(x, Symbol)), present[0]))
         if not _held(dtype):
@@ -255,22 +242,13 @@ class Slice(MXOp):
         adopt(self, operator_attributes("Slice", attributes))
 
     def __call__(self, x, starts=None, ends=None, axes=None, steps=None):
-        if starts is not None:
-            starts, ends = ints(starts, "Slice's starts"), ints(ends, "Slice's ends")
-            axes, steps = ints(axes, "Slice's axes"), ints(steps, "Slice's steps")
-        else:
-            starts, ends, axes, steps = self.starts, self.ends, self.axes, None
-        if starts is None or ends is None:
-            raise ShapeError("Slice: starts and ends are required (inputs 1 and 2, or attributes before opset 10)")
+        starts, ends, axes, steps = slice_arguments(self, starts, ends, axes, steps, ints)
         shape = shape_of(x)
-        index = [slice(None)] * len(shape)
-        for axis, start, end, step in slice_bounds("Slice", shape, starts, ends, axes, steps):
-            # A Python slice reads an end of -1 as "the last element"; None means "run past the front".
-            index[axis] = slice(start, None if end < 0 else end, step)
+        index = slice_index(shape, starts, ends, axes, steps)
         x = _symbol(x)
         if all(s == slice(None) for s in index):
             return _new(x)
-        out_shape = np.empty(shape, np.bool_)[tuple(index)].shape
+        out_shape = np.empty(shape, np.bool_)[index].shape
         if 0 in out_shape:
             return _empty(out_shape, dtype_of(x))
         return mx.sym.slice(x, begin=tuple(s.start for s in index), end=tuple(s.stop for s in index),
@@ -286,21 +264,10 @@ class Pad(MXOp):
     def __init__(self, **attributes) -> None:
         adopt(self, operator_attributes("Pad", attributes))
 
-    def _widths(self, rank: int, pads, axes) -> list[tuple[int, int]]:
-        pads = self.pads if pads is None else ints(pads, "Pad's pads")
-        if pads is None:
-            raise ShapeError("Pad: no pads given; pass them as the second input (opset 11+) or the attribute")
-        axes = list(range(rank)) if axes is None else normalize_axes("Pad", ints(axes, "Pad's axes"), rank)
-        if len(pads) != 2 * len(axes):
-            raise ShapeError(f"Pad: {len(pads)} pads for {len(axes)} axes; give a begin and an end per axis")
-        widths = [(0, 0)] * rank
-        for k, axis in enumerate(axes):
-            widths[axis] = (pads[k], pads[k + len(axes)])
-        return widths
-
     def __call__(self, x, pads=None, constant_value=None, axes=None):
         shape = shape_of(x)
-        widths = self._widths(len(shape), pads, axes)
+        widths = pad_widths(len(shape), self.pads if pads is None else ints(pads, "Pad's pads"),
+                            ints(axes, "Pad's axes"))
         positive = tuple((max(b, 0), max(e, 0)) for b, e in widths)
         padded_shape = tuple(d + b + e for d, (b, e) in zip(shape, positive))
         dtype = dtype_of(x)
@@ -345,9 +312,7 @@ class Pad(MXOp):
         dim = shape[axis]
         if dim == 0:
             raise ShapeError(f"Pad: mode {self.mode!r} cannot pad an axis of length 0 (input shape {shape})")
-        positions = self.planned(("pad", self.mode, dim, begin, end), lambda: np.pad(
-            np.arange(dim, dtype=np.int64), (begin, end), mode=self.mode))
-        return as_symbol(positions)
+        return as_symbol(self.planned(("pad", self.mode, dim, begin, end), pad_positions, self.mode, dim, begin, end))
 
 
 @register("Squeeze")
@@ -359,14 +324,8 @@ class Squeeze(MXOp):
         adopt(self, operator_attributes("Squeeze", attributes))
 
     def __call__(self, x, axes=None):
-        axes = self.axes if axes is None else ints(axes, "Squeeze's axes")
         shape = shape_of(x)
-        if axes is None:
-            axes = [i for i, d in enumerate(shape) if d == 1]
-        axes = normalize_axes("Squeeze", axes, len(shape))
-        bad = [a for a in axes if shape[a] != 1]
-        if bad:
-            raise ShapeError(f"Squeeze: axes {bad} of the input of shape {shape} are not of length 1")
+        axes = squeeze_axes(shape, self.axes if axes is None else ints(axes, "Squeeze's axes"))
         return _reshaped(x, [d for i, d in enumerate(shape) if i not in axes])
 
 
@@ -379,12 +338,7 @@ class Unsqueeze(MXOp):
 
     def __call__(self, x, axes=None):
         axes = self.axes if axes is None else ints(axes, "Unsqueeze's axes")
-        if axes is None:
-            raise ShapeError("Unsqueeze: no axes given; pass them as the second input (opset 13+) or the attribute")
-        shape = list(shape_of(x))
-        for axis in sorted(normalize_axes("Unsqueeze", axes, len(shape) + len(axes))):
-            shape.insert(axis, 1)
-        return _reshaped(x, shape)
+        return _reshaped(x, unsqueeze_shape(shape_of(x), axes))
 
 
 @register("Expand")
@@ -395,12 +349,8 @@ class Expand(MXOp):
         pass
 
     def __call__(self, x, shape):
-        shape = ints(shape, "Expand's shape")
         own = shape_of(x)
-        try:
-            target = tuple(np.broadcast_shapes(own, tuple(shape)))
-        except ValueError:
-            raise ShapeError(f"Expand: the input of shape {own} cannot be broadcast to {shape}") from None
+        target = expand_shape(own, ints(shape, "Expand's shape"))
         check_allocation("Expand output", target, dtype_of(x))
         x = _symbol(x)
         if target == own:
@@ -417,11 +367,7 @@ class Tile(MXOp):
 
     def __call__(self, x, repeats, axis=None):
         repeats = ints(repeats, "Tile's repeats")
-        shape = shape_of(x)
-        if len(repeats) != len(shape) or any(r < 0 for r in repeats):
-            raise ShapeError(f"Tile: repeats {repeats} must hold one non-negative count per axis of the "
-                             f"{len(shape)}-D input")
-        check_allocation("Tile output", [d * r for d, r in zip(shape, repeats)], dtype_of(x))
+        check_allocation("Tile output", tile_shape(shape_of(x), repeats), dtype_of(x))
         x = _symbol(x)
         if all(r == 1 for r in repeats):
             return _new(x)
@@ -442,9 +388,7 @@ class Shape(MXOp):
 
     def __call__(self, x):
         shape = shape_of(x)
-        ndim = len(shape)
-        start = min(max(self.start + ndim if self.start < 0 else self.start, 0), ndim)
-        end = ndim if self.end is None else min(max(self.end + ndim if self.end < 0 else self.end, 0), ndim)
+        start, end = shape_range(self.start, self.end, len(shape))
         return np.asarray(shape[start:end], np.int64).reshape(-1)
 
 
@@ -459,13 +403,6 @@ class Size(MXOp):
         return np.asarray(math.prod(shape_of(x)), np.int64)
 
 
-def _rank4(op_type: str, x) -> tuple[int, ...]:
-    shape = shape_of(x)
-    if len(shape) != 4:
-        raise ShapeError(f"{op_type}: input must be a 4-D tensor, got shape {shape}")
-    return shape
-
-
 @register("SpaceToDepth")
 class SpaceToDepth(MXOp):
     """Move ``blocksize`` x ``blocksize`` spatial blocks into channels: (N, C, H, W) -> (N, C*b*b, H/b, W/b);
@@ -474,16 +411,10 @@ class SpaceToDepth(MXOp):
 
     def __init__(self, **attributes) -> None:
         adopt(self, operator_attributes("SpaceToDepth", attributes))
-        # Axes of the (n, c, h/b, b, w/b, b) view in output order.
-        self.perm = (0, 3, 5, 1, 2, 4) if self.mode == "DCR" else (0, 1, 3, 5, 2, 4)
 
     def __call__(self, x):
-        n, c, h, w = _rank4("SpaceToDepth", x)
-        b = self.blocksize
-        if h % b or w % b:
-            raise ShapeError(f"SpaceToDepth: spatial size {h}x{w} is not divisible by blocksize {b}")
-        blocks = _transpose(reshape(_symbol(x), (n, c, h // b, b, w // b, b)), self.perm)
-        return reshape(blocks, (n, c * b * b, h // b, w // b))
+        plan = space_to_depth_plan(shape_of(x), self.blocksize, self.mode)
+        return reshape(_transpose(reshape(_symbol(x), plan.split), plan.perm), plan.shape)
 
 
 @register("DepthToSpace")
@@ -495,16 +426,8 @@ class DepthToSpace(MXOp):
         adopt(self, operator_attributes("DepthToSpace", attributes))
 
     def __call__(self, x):
-        n, c, h, w = _rank4("DepthToSpace", x)
-        b = self.blocksize
-        if c % (b * b):
-            raise ShapeError(f"DepthToSpace: {c} channels are not divisible by blocksize^2 = {b * b}")
-        x = _symbol(x)
-        if self.mode == "DCR":
-            blocks = _transpose(reshape(x, (n, b, b, c // (b * b), h, w)), (0, 3, 4, 1, 5, 2))
-        else:
-            blocks = _transpose(reshape(x, (n, c // (b * b), b, b, h, w)), (0, 1, 4, 2, 5, 3))
-        return reshape(blocks, (n, c // (b * b), h * b, w * b))
+        plan = depth_to_space_plan(shape_of(x), self.blocksize, self.mode)
+        return reshape(_transpose(reshape(_symbol(x), plan.split), plan.perm), plan.shape)
 
 
 @register("ReverseSequence")
@@ -517,16 +440,11 @@ class ReverseSequence(MXOp):
 
     def __call__(self, x, lengths):
         shape = shape_of(x)
-        if len(shape) < 2:
-            raise ShapeError(f"ReverseSequence: input must have at least 2 dimensions, got shape {shape}")
-        batch, steps = shape[self.batch_axis], shape[self.time_axis]
-        if shape_of(lengths) != (batch,) or dtype_of(lengths).kind not in "iu":
-            raise ShapeError(f"ReverseSequence: sequence_lens must be an integer tensor of shape ({batch},) (one "
-                             f"length per batch entry), got {dtype_of(lengths)} of shape {shape_of(lengths)}")
+        _, steps = reverse_sequence_lengths(shape, self.batch_axis, self.time_axis, shape_of(lengths),
+                                            dtype_of(lengths).kind in "iu", dtype_of(lengths))
         known = static(lengths)
-        if known is not None and known.size and (known.min() < 0 or known.max() > steps):
-            raise ShapeError(f"ReverseSequence: sequence_lens must lie in [0, {steps}] (the time axis' length), got "
-                             f"values in [{known.min()}, {known.max()}]")
+        if known is not None:
+            check_sequence_length_values(known, steps)
         x = _symbol(x)
         lengths = as_symbol(lengths, np.int64)
         swap = self.time_axis != 0

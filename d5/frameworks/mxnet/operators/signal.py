@@ -27,16 +27,16 @@ from d5.frameworks.mxnet.operators._helpers import (ValueNeededWhileTracing, as_
                                                    shape_of, static)
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import COSINE_WINDOW_COEFFICIENTS, mel_weight_matrix
+from d5.ops.sequence_plans import (MEL_INPUT_NAMES, check_dft_input, check_mel_inputs, check_stft_signal,
+                                   cosine_window_size, dft_axis, dft_points, output_datatype_error,
+                                   single_value_present, stft_frames)
 
 
 def _optional_scalar(op_name: str, value, what: str):
     """An optional one-value input as a Python number (None when absent or empty); it must be known while
     composing."""
-    if value is None or math.prod(shape_of(value)) == 0:
+    if value is None or not single_value_present(op_name, what, math.prod(shape_of(value)), shape_of(value)):
         return None
-    if math.prod(shape_of(value)) != 1:
-        raise ShapeError(f"{op_name}: {what} must be a single value (a scalar or a 1-element tensor), got shape "
-                         f"{shape_of(value)}")
     known = static(value)
     if known is None:
         raise ValueNeededWhileTracing(f"the MXNet framework needs {op_name}'s {what} as a value known while "
@@ -109,21 +109,10 @@ class DFT(MXOp):
     def __call__(self, x, dft_length=None, axis=None):
         shape = shape_of(x)
         rank = len(shape)
-        if rank < 2 or shape[-1] not in (1, 2):
-            raise ShapeError(f"DFT: input must be [..., 1] (real) or [..., 2] (complex), got shape {shape}")
-        given = _optional_scalar("DFT", axis, "axis (input 2)")
-        axis = int(given) if given is not None else (-2 if self.axis is None else int(self.axis))
-        if not -rank <= axis <= rank - 2 or axis == -1:
-            raise ShapeError(f"DFT: axis {axis} must be a signal axis of the rank-{rank} input: "
-                             f"[{-rank}, -2] or [0, {rank - 2}]")
-        axis %= rank
-        length = _optional_scalar("DFT", dft_length, "dft_length (input 1)")
-        if length is not None:
-            n = int(length)
-        else:
-            n = 2 * (shape[axis] - 1) if self.inverse and self.onesided else shape[axis]
-        if n < 1:
-            raise ShapeError(f"DFT: dft_length must be >= 1, got {n}")
+        check_dft_input(shape)
+        axis = dft_axis(_optional_scalar("DFT", axis, "axis (input 2)"), self.axis, rank)
+        n = dft_points(_optional_scalar("DFT", dft_length, "dft_length (input 1)"), shape[axis],
+                       inverse=self.inverse, onesided=self.onesided)
         out_dtype = dtype_of(x)
         dtype = _compute_dtype(out_dtype)
         real, imag = _parts(x, dtype)
@@ -159,24 +148,13 @@ class STFT(MXOp):
 
     def __call__(self, signal, frame_step, window=None, frame_length=None):
         shape = shape_of(signal)
-        if len(shape) != 3 or shape[-1] not in (1, 2):
-            raise ShapeError(f"STFT: signal must be [batch, length, 1] (real) or [batch, length, 2] (complex), got "
-                             f"shape {shape}")
+        check_stft_signal(shape)
         length = shape[1]
         step = _optional_scalar("STFT", frame_step, "input 'frame_step'")
         frame = _optional_scalar("STFT", frame_length, "input 'frame_length'")
         if window is not None and math.prod(shape_of(window)) == 0:
             window = None
-        if window is not None and (len(shape_of(window)) != 1 or (frame is not None and shape_of(window)[0] != frame)):
-            raise ShapeError(f"STFT: window must be 1-D with frame_length ({frame}) values, got shape "
-                             f"{shape_of(window)}")
-        if frame is None:
-            frame = length if window is None else shape_of(window)[0]
-        frame = int(frame)
-        if step is None or int(step) < 1 or not 1 <= frame <= length:
-            raise ShapeError(f"STFT: frame_step must be >= 1 and frame_length in [1, {length}] (the signal "
-                             f"length), got frame_step {step} and frame_length {frame}")
-        step = int(step)
+        frame, step = stft_frames(length, step, frame, None if window is None else shape_of(window))
         out_dtype = dtype_of(signal)
         dtype = _compute_dtype(out_dtype)
         count = 1 + (length - frame) // step
@@ -204,18 +182,13 @@ class _CosineSumWindow(MXOp):
         try:
             self.dtype = np_dtype(self.output_datatype)
         except ShapeError:
-            raise ShapeError(f"{type(self).__name__}: output_datatype {self.output_datatype} is not a data type the "
-                             "MXNet framework holds; use a TensorProto.DataType value such as 1 (float) or 11 "
-                             "(double)") from None
+            raise output_datatype_error(type(self).__name__, self.output_datatype,
+                                        "is not a data type the MXNet framework holds") from None
         self.coefficients = COSINE_WINDOW_COEFFICIENTS[type(self).__name__]
 
     def __call__(self, size):
         name = type(self).__name__
-        count = _optional_scalar(name, size, "input 'size'")
-        if count is None or int(count) != count or count < 0:
-            raise ShapeError(f"{name}: size must be a non-negative integer scalar, got {count}")
-        count = int(count)
-        period = count if self.periodic else count - 1
+        count, period = cosine_window_size(name, _optional_scalar(name, size, "input 'size'"), self.periodic)
         if period == 0 or count == 0:
             return mx.sym.identity(as_symbol(np.ones(count, self.dtype)))
         # The phases as the reference rounds them (a constant of the graph); the cosines are MXNet's.
@@ -249,7 +222,6 @@ class MelWeightMatrix(MXOp):
     inputs fix it entirely (:func:`d5.ops.onnx_semantics.mel_weight_matrix`), so it is a constant of the graph,
     built once per set of values (all five inputs are read as values while composing)."""
 
-    _NAMES = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
     #: Every input is read as a value while composing.
     value_inputs = (0, 1, 2, 3, 4)
 
@@ -258,14 +230,13 @@ class MelWeightMatrix(MXOp):
         try:
             self.dtype = np_dtype(output_datatype)
         except ShapeError:
-            raise ShapeError(f"MelWeightMatrix: output_datatype {output_datatype} is not a data type the MXNet "
-                             "framework holds; use a TensorProto.DataType value such as 1 (float)") from None
+            raise output_datatype_error("MelWeightMatrix", output_datatype,
+                                        "is not a data type the MXNet framework holds", "1 (float)") from None
 
     def __call__(self, *inputs):
-        if len(inputs) != 5:
-            raise ShapeError(f"MelWeightMatrix: expected the 5 inputs {', '.join(self._NAMES)}, got {len(inputs)}")
+        check_mel_inputs(len(inputs))
         values = tuple(_optional_scalar("MelWeightMatrix", value, f"input {name!r}")
-                       for value, name in zip(inputs, self._NAMES))
+                       for value, name in zip(inputs, MEL_INPUT_NAMES))
         matrix = self.planned(values, mel_weight_matrix, *values)
         return mx.sym.identity(as_symbol(matrix.astype(self.dtype)))
 

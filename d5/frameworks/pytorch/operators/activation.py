@@ -3,17 +3,15 @@ HardSwish, Mish, Softplus, Softsign, ThresholdedRelu, PRelu, Shrink, Swish, SwiG
 (opset 13 and the 2-D-coercing opsets 1-12), and Dropout (with its mask output)."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import scalar
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import normalize_axis
+from d5.ops.window_checks import CoercedTo2D, check_dropout_ratio, check_swiglu_inputs, per_channel_slope
 
 
 class _Unary(TorchOp):
@@ -134,7 +132,7 @@ class PRelu(TorchOp):
     broadcasting; a 1-D slope of C values on an (N, C, ...) input applies per channel, as the reference)."""
 
     def forward(self, x, slope):
-        if slope.dim() == 1 and x.dim() >= 2 and slope.shape[0] == x.shape[1] and slope.shape[0] != x.shape[-1]:
+        if per_channel_slope(x.shape, slope.shape):
             slope = slope.reshape(-1, *(1,) * (x.dim() - 2))
         return torch.where(x >= 0, x, x * slope)
 
@@ -185,11 +183,7 @@ class SwiGLU(TorchOp):
         adopt(self, operator_attributes("SwiGLU", attributes))
 
     def forward(self, a, b=None):
-        if b is None:
-            raise ShapeError("SwiGLU: expected inputs (A, B), got 1")
-        if a.shape != b.shape:
-            raise ShapeError(f"SwiGLU: A and B must have the same shape (no broadcasting), got {tuple(a.shape)} and "
-                             f"{tuple(b.shape)}; split the projection evenly or Expand first")
+        check_swiglu_inputs(a.shape, None if b is None else b.shape)
         if a.dtype in _NARROW_FLOATS or b.dtype in _NARROW_FLOATS:
             compute = torch.float64 if torch.float64 in (a.dtype, b.dtype) else torch.float32
             return (_swish(a.to(compute), self.alpha) * b.to(compute)).to(a.dtype)
@@ -235,16 +229,11 @@ class Hardmax(Softmax):
         return torch.zeros_like(x).scatter(axis, winner, 1.0)
 
 
-class _CoercedTo2D:
+class _CoercedTo2D(CoercedTo2D):
     """Opsets 1-12: the input coerced to 2-D at ``axis`` (default 1), each row normalized."""
 
-    def __init__(self, **attributes) -> None:
-        super().__init__(axis=-1)
-        self.coerce_axis = operator_attributes(self.op_name, attributes, opset=12).axis
-
     def forward(self, x):
-        axis = normalize_axis(type(self).__name__, self.coerce_axis, x.dim())
-        flat = x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+        flat = x.reshape(self.coerced_shape(x.shape))
         return self._apply(flat, 1).reshape(x.shape)
 
 
@@ -288,8 +277,7 @@ class Dropout(TorchOp):
 
     def forward(self, data, ratio=None, training_mode=None):
         ratio = self.ratio if ratio is None else scalar(ratio, float)
-        if not 0.0 <= ratio <= 1.0:
-            raise ShapeError(f"Dropout: ratio must be in [0, 1], got {ratio}; pass the drop probability")
+        check_dropout_ratio(ratio)
         active = (self.training or (training_mode is not None and scalar(training_mode, bool))) and ratio > 0.0
         want_mask = self.node_output_count is not None and self.node_output_count > 1
         if not active:

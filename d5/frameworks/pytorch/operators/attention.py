@@ -17,17 +17,17 @@ import math
 import torch
 import torch.nn.functional as F
 
-from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import broadcast_shape
-
-# qk_matmul_output_mode values: what the fourth output holds.
-_QK_RAW, _QK_SOFTCAPPED, _QK_WITH_BIAS, _QK_SOFTMAX = 0, 1, 2, 3
+from d5.ops.sequence_plans import (attention_geometry, attention_scale, check_attention_bias, check_attention_inputs,
+                                   check_attention_ranks, check_attn_mask, check_nonpad_kv_seqlen, check_rotary_caches,
+                                   check_rotary_inputs, check_rotary_position_ids, check_rotary_position_range,
+                                   past_kv_length, qk_matmul_output, rotary_dim, rotary_heads, split_heads_shape,
+                                   uses_window, wide_softmax, window_conditions)
 
 
 def _compute_dtype(q: torch.Tensor, softmax_precision) -> torch.dtype:
-    if softmax_precision is not None and int(softmax_precision) == 11:
+    if wide_softmax(softmax_precision):
         return torch.float64
     if q.dtype in (torch.float64, torch.bfloat16):
         return q.dtype
@@ -36,21 +36,7 @@ def _compute_dtype(q: torch.Tensor, softmax_precision) -> torch.dtype:
 
 def _split_heads(x: torch.Tensor, num_heads: int, name: str) -> torch.Tensor:
     """(batch, seq, heads * size) -> (batch, heads, seq, size)."""
-    if not num_heads:
-        raise ShapeError(f"Attention: 3-D inputs need the q_num_heads and kv_num_heads attributes (to split "
-                         f"the hidden size of {name} into heads)")
-    batch, seq, hidden = x.shape
-    if hidden % num_heads:
-        raise ShapeError(f"Attention: the hidden size {hidden} of {name} is not divisible by {num_heads} heads")
-    return x.reshape(batch, seq, num_heads, hidden // num_heads).transpose(1, 2)
-
-
-def _fits(shape, target) -> bool:
-    """Whether a tensor of ``shape`` broadcasts to ``target`` without changing it."""
-    try:
-        return broadcast_shape("Attention", tuple(shape), tuple(target)) == tuple(target)
-    except ShapeError:
-        return False
+    return x.reshape(split_heads_shape(tuple(x.shape), num_heads, name)).transpose(1, 2)
 
 
 def _rounded_softmax(scores: torch.Tensor) -> torch.Tensor:
@@ -82,43 +68,21 @@ class Attention(TorchOp):
         adopt(self, operator_attributes("Attention", attributes))
 
     def forward(self, q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None):
-        if q is None or k is None or v is None:
-            raise ShapeError("Attention: inputs Q, K and V are required")
-        if (past_key is None) != (past_value is None):
-            raise ShapeError("Attention: past_key and past_value must be given together (or neither)")
-        if nonpad_kv_seqlen is not None and past_key is not None:
-            raise ShapeError("Attention: nonpad_kv_seqlen (external KV cache) cannot be combined with past_key/"
-                             "past_value (internal cache); use one of the two")
-        if not (q.dim() == k.dim() == v.dim() and q.dim() in (3, 4)):
-            raise ShapeError(f"Attention: Q, K and V must all be 3-D or all 4-D, got shapes {tuple(q.shape)}, "
-                             f"{tuple(k.shape)}, {tuple(v.shape)}")
+        check_attention_inputs(q, k, v, past_key, past_value, nonpad_kv_seqlen)
+        three_d = check_attention_ranks(tuple(q.shape), tuple(k.shape), tuple(v.shape)) == 3
         out_dtype, dtype = q.dtype, _compute_dtype(q, self.softmax_precision)
-        three_d = q.dim() == 3
         if three_d:
             q = _split_heads(q, self.q_num_heads, "Q")
             k = _split_heads(k, self.kv_num_heads, "K")
             v = _split_heads(v, self.kv_num_heads, "V")
         past_len = 0
         if past_key is not None:
-            if past_key.dim() != 4 or past_value.dim() != 4 or past_key.shape[:2] != k.shape[:2] \
-                    or past_value.shape[:2] != v.shape[:2] or past_key.shape[3] != k.shape[3] \
-                    or past_value.shape[3] != v.shape[3] or past_key.shape[2] != past_value.shape[2]:
-                raise ShapeError(f"Attention: past_key and past_value must be 4-D (batch, kv_heads, past_len, "
-                                 f"head_size) matching K {tuple(k.shape)} and V {tuple(v.shape)}, got "
-                                 f"{tuple(past_key.shape)} and {tuple(past_value.shape)}")
-            past_len = past_key.shape[2]
+            past_len = past_kv_length(past_key.shape, past_value.shape, k.shape, v.shape)
             k = torch.cat([past_key.to(k.dtype), k], dim=2)
             v = torch.cat([past_value.to(v.dtype), v], dim=2)
         present_key, present_value = k, v
-        batch, q_heads, q_len, head_size = q.shape
-        kv_heads, kv_len = k.shape[1], k.shape[2]
-        if q_heads != kv_heads and (kv_heads == 0 or q_heads % kv_heads or v.shape[1] != kv_heads):
-            raise ShapeError(f"Attention: {q_heads} query heads cannot be grouped over {kv_heads} key and "
-                             f"{v.shape[1]} value heads (q_num_heads must be a multiple of kv_num_heads)")
-        if k.shape[0] != batch or v.shape[0] != batch or v.shape[2] != kv_len or k.shape[3] != head_size:
-            raise ShapeError(f"Attention: K {tuple(k.shape)} and V {tuple(v.shape)} (heads split) do not match Q "
-                             f"{tuple(q.shape)}: batch, key length and Q/K head size must agree")
-        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(head_size)
+        batch, q_heads, q_len, head_size, _, kv_len = attention_geometry(q.shape, k.shape, v.shape)
+        scale = attention_scale(self.scale, head_size)
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
         wants_debug = self.node_output_count is None or self.node_output_count > 3
         fused = not (self.softcap > 0 or wants_debug or kv_len == 0 or dtype == torch.bfloat16)
@@ -129,10 +93,8 @@ class Attention(TorchOp):
             y, debug = self._fused(q, k, v, None, None, scale, causal=True), None
         else:
             bias = self._bias(attn_mask, q_len, kv_len, past_len, nonpad_kv_seqlen, batch, dtype, q.device)
-            scores_shape = (batch, q_heads, q_len, kv_len)
-            if bias is not None and not _fits(bias.shape, scores_shape):
-                raise ShapeError(f"Attention: attn_mask (with the causal and padding masks) of shape "
-                                 f"{tuple(bias.shape)} does not broadcast to the scores' shape {scores_shape}")
+            if bias is not None:
+                check_attention_bias(tuple(bias.shape), (batch, q_heads, q_len, kv_len))
             # A query row whose bias is -inf everywhere attends nothing: ONNX gives it zeros (not softmax's
             # NaN). Its bias is replaced by 0 so the softmax (and its gradient) stays finite, then its output
             # is zeroed.
@@ -183,8 +145,7 @@ class Attention(TorchOp):
         if empty is not None:
             probabilities = torch.where(empty, torch.zeros((), dtype=probabilities.dtype), probabilities)
         y = torch.matmul(probabilities, v)
-        debug = {_QK_RAW: raw, _QK_SOFTCAPPED: scores, _QK_WITH_BIAS: biased, _QK_SOFTMAX: probabilities}
-        return y, debug[self.qk_matmul_output_mode]
+        return y, qk_matmul_output(self.qk_matmul_output_mode, raw, scores, biased, probabilities)
 
     def _bias(self, mask, q_len, kv_len, past_len, nonpad, batch, dtype, device):
         """Additive bias (0 or -inf, plus a float mask) broadcastable to (batch, heads, q, kv), or None."""
@@ -192,15 +153,10 @@ class Attention(TorchOp):
         zero = torch.zeros((), dtype=dtype, device=device)
         bias = None
         if mask is not None:
-            if not 1 <= mask.dim() <= 4:
-                raise ShapeError(f"Attention: attn_mask must have 1 to 4 dimensions (broadcast to (batch, heads, "
-                                 f"q_len, kv_len)), got shape {tuple(mask.shape)}")
-            if mask.shape[-1] > kv_len:
-                raise ShapeError(f"Attention: attn_mask covers {mask.shape[-1]} keys but there are only {kv_len}")
+            check_attn_mask(tuple(mask.shape), kv_len, dtype_ok=mask.dtype == torch.bool or mask.is_floating_point(),
+                            dtype_name=str(mask.dtype))
             if mask.dtype == torch.bool:
                 mask = torch.where(mask, zero, neg_inf)
-            elif not mask.is_floating_point():
-                raise ShapeError(f"Attention: attn_mask must be bool or float, got {mask.dtype}")
             mask = mask.to(dtype)
             if mask.shape[-1] < kv_len:
                 # A mask shorter than the keys (external cache) leaves the keys past its end out of attention.
@@ -208,23 +164,18 @@ class Attention(TorchOp):
             bias = mask
         lengths = None
         if nonpad is not None:
-            if nonpad.numel() != batch:
-                raise ShapeError(f"Attention: nonpad_kv_seqlen must have one length per batch item ({batch}), got "
-                                 f"shape {tuple(nonpad.shape)}")
+            check_nonpad_kv_seqlen(nonpad.numel(), batch, tuple(nonpad.shape))
             lengths = nonpad.reshape(-1, 1, 1, 1).to(torch.int64)
-        if self.is_causal or self.left_window_size >= 0 or self.right_window_size >= 0:
+        if uses_window(self.is_causal, self.left_window_size, self.right_window_size):
             rows = torch.arange(q_len, device=device).reshape(q_len, 1)
             cols = torch.arange(kv_len, device=device).reshape(1, kv_len)
             # Query i sits at absolute position i + offset (bottom-right alignment).
             offset = past_len if lengths is None else lengths - q_len
             distance = rows + offset - cols  # how far key j lies behind query i
             allowed = torch.ones(distance.shape, dtype=torch.bool, device=device)
-            if self.is_causal:
-                allowed &= distance >= 0
-            if self.left_window_size >= 0:
-                allowed &= distance <= self.left_window_size
-            if self.right_window_size >= 0:
-                allowed &= -distance <= self.right_window_size
+            for condition in window_conditions(distance, self.is_causal, self.left_window_size,
+                                               self.right_window_size):
+                allowed &= condition
             window = torch.where(allowed, zero, neg_inf)
             bias = window if bias is None else bias + window
         if lengths is not None:
@@ -253,43 +204,20 @@ class RotaryEmbedding(TorchOp):
         adopt(self, operator_attributes("RotaryEmbedding", attributes))
 
     def forward(self, x, cos, sin, position_ids=None):
-        if x is None or cos is None or sin is None:
-            raise ShapeError("RotaryEmbedding: expected inputs (X, cos_cache, sin_cache[, position_ids])")
-        if x.dim() == 4:
-            heads = x.transpose(1, 2)  # (batch, seq, heads, head_size)
-        elif x.dim() == 3:
-            if self.num_heads <= 0 or x.shape[2] % self.num_heads:
-                raise ShapeError(f"RotaryEmbedding: 3-D input {tuple(x.shape)} needs num_heads dividing its hidden "
-                                 f"size {x.shape[2]}, got num_heads={self.num_heads}")
-            heads = x.reshape(x.shape[0], x.shape[1], self.num_heads, -1)
-        else:
-            raise ShapeError(f"RotaryEmbedding: X must be 3-D or 4-D, got shape {tuple(x.shape)}")
-        size = heads.shape[3]
-        dim = self.rotary_embedding_dim or size
-        if dim % 2 or dim > size:
-            raise ShapeError(f"RotaryEmbedding: rotary_embedding_dim={dim} must be even and at most the head "
-                             f"size {size}")
+        check_rotary_inputs((x, cos, sin))
+        count, size = rotary_heads(tuple(x.shape), self.num_heads)
+        heads = x.transpose(1, 2) if x.dim() == 4 else x.reshape(x.shape[0], x.shape[1], count, -1)
+        dim = rotary_dim(self.rotary_embedding_dim, size)
         # The caches are tables, not trained: the reference gives them no gradient.
         cos, sin = cos.detach(), sin.detach()
         if position_ids is not None:
-            if cos.dim() != 2 or sin.shape != cos.shape or tuple(position_ids.shape) != tuple(heads.shape[:2]) \
-                    or position_ids.is_floating_point() or position_ids.dtype == torch.bool:
-                raise ShapeError(f"RotaryEmbedding: with position_ids, the caches must be 2-D (max_position, "
-                                 f"rotary_dim / 2) and position_ids integers of shape {tuple(heads.shape[:2])} "
-                                 f"(batch, seq); got caches {tuple(cos.shape)} and {tuple(sin.shape)}, position_ids "
-                                 f"{position_ids.dtype} {tuple(position_ids.shape)}")
+            integer = not (position_ids.is_floating_point() or position_ids.dtype == torch.bool)
+            check_rotary_position_ids(cos.shape, sin.shape, position_ids.shape, tuple(heads.shape[:2]),
+                                      integer=integer, dtype_name=str(position_ids.dtype))
             positions = position_ids.to(torch.int64)
-            if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= cos.shape[0]):
-                raise ShapeError(f"RotaryEmbedding: position_ids must lie in [0, {cos.shape[0]}) (the caches' "
-                                 f"max_position), got values in [{int(positions.min())}, {int(positions.max())}]")
+            check_rotary_position_range(positions, positions.numel(), cos.shape[0])
             cos, sin = cos[positions], sin[positions]
-        if cos.dim() != 3 or cos.shape != sin.shape or tuple(cos.shape[:2]) != tuple(heads.shape[:2]):
-            raise ShapeError(f"RotaryEmbedding: cos/sin caches must be (batch, seq, rotary_dim / 2) = "
-                             f"{tuple(heads.shape[:2]) + (dim // 2,)} without position_ids, got {tuple(cos.shape)} "
-                             f"and {tuple(sin.shape)}")
-        if cos.shape[-1] != dim // 2:
-            raise ShapeError(f"RotaryEmbedding: cos/sin caches must end in rotary_embedding_dim / 2 = {dim // 2}, "
-                             f"got {tuple(cos.shape)} and {tuple(sin.shape)}")
+        check_rotary_caches(cos.shape, sin.shape, tuple(heads.shape[:2]), dim)
         dtype = torch.float64 if torch.float64 in (x.dtype, cos.dtype, sin.dtype) else torch.float32
         cos, sin = cos.to(dtype).unsqueeze(2), sin.to(dtype).unsqueeze(2)
         rotated = heads[..., :dim].to(dtype)

@@ -10,11 +10,12 @@ import math
 import torch
 import torch.nn.functional as F
 
-from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints, pad_spatial, resolve_pads
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import check_window_attributes, col2im_geometry, conv_transpose_geometry, window_geometry
+from d5.ops.onnx_semantics import col2im_geometry, conv_transpose_geometry
+from d5.ops.window_checks import (check_col2im_ranks, check_conv_ranks, check_group_channels, check_kernel_attribute,
+                                  deform_conv_attributes, deform_conv_plan, deform_tap_grid)
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
@@ -28,14 +29,8 @@ class _ConvAttributes(TorchOp):
         adopt(self, operator_attributes(self.op_name, attributes))
 
     def _check(self, x, w):
-        if x.dim() not in (3, 4, 5) or w.dim() != x.dim():
-            raise UnsupportedOperatorError(f"{self.op_name}: X and W must both be 3-D to 5-D (1 to 3 spatial axes), "
-                                           f"got X {tuple(x.shape)} and W {tuple(w.shape)}")
-        kernel = tuple(w.shape[2:])
-        if self.kernel_shape is not None and self.kernel_shape != kernel:
-            raise ShapeError(f"{self.op_name}: attribute kernel_shape={list(self.kernel_shape)} disagrees with W's "
-                             f"kernel {list(kernel)}; fix the attribute or the weights")
-        return kernel
+        check_conv_ranks(self.op_name, x.dim(), w.shape, tuple(x.shape))
+        return check_kernel_attribute(self.op_name, self.kernel_shape, w.shape[2:])
 
 
 @register("Conv")
@@ -51,9 +46,7 @@ class Conv(_ConvAttributes):
     def _plan(self, x, w):
         """torch's convolution and its arguments for these shapes; ``sides`` (None: none) pads X first."""
         kernel = self._check(x, w)
-        if x.shape[1] != w.shape[1] * self.group:
-            raise ShapeError(f"Conv: X has {x.shape[1]} channels but W {tuple(w.shape)} with group={self.group} "
-                             f"expects {w.shape[1] * self.group}")
+        check_group_channels("Conv", x.shape[1], w.shape, self.group)
         _, strides, dilations, sides = resolve_pads("Conv", tuple(x.shape[2:]), kernel, self.strides,
                                                     self.dilations, self.pads, self.auto_pad, clamp_same_pads=True)
         symmetric = all(begin == end >= 0 for begin, end in sides)
@@ -98,10 +91,7 @@ class Col2Im(TorchOp):
         adopt(self, operator_attributes("Col2Im", attributes))
 
     def forward(self, columns, image_shape, block_shape):
-        if columns.dim() != 3 or image_shape.dim() != 1 or block_shape.dim() != 1:
-            raise ShapeError(f"Col2Im: expected input (N, C * prod(block_shape), L) and 1-D image_shape and "
-                             f"block_shape, got shapes {tuple(columns.shape)}, {tuple(image_shape.shape)}, "
-                             f"{tuple(block_shape.shape)}")
+        check_col2im_ranks(columns.shape, image_shape.shape, block_shape.shape)
         image, block = ints(image_shape), ints(block_shape)
         geometry = col2im_geometry(columns.shape, image, block, self.dilations, self.pads, self.strides)
         dims, n = len(image), columns.shape[0]
@@ -135,43 +125,15 @@ class DeformConv(TorchOp):
     def __init__(self, dilations=None, group: int = 1, kernel_shape=None, offset_group: int = 1, pads=None,
                  strides=None) -> None:
         super().__init__()
-        self.dilations, self.kernel_shape = ints(dilations), ints(kernel_shape)
-        self.pads, self.strides = ints(pads), ints(strides)
-        self.group, self.offset_group = int(group), int(offset_group)
-        if self.group < 1 or self.offset_group < 1:
-            raise ShapeError(f"DeformConv: group and offset_group must be positive integers, got {group} and "
-                             f"{offset_group}")
-        check_window_attributes("DeformConv", kernel_shape=self.kernel_shape, strides=self.strides,
-                                dilations=self.dilations, pads=self.pads)
+        adopt(self, deform_conv_attributes(ints, dilations, group, kernel_shape, offset_group, pads, strides))
 
     def forward(self, x, w, offset, b=None, mask=None):
-        rank = x.dim() - 2
-        kernel = list(w.shape[2:])
-        if rank < 1 or w.dim() != x.dim() or offset.dim() != x.dim():
-            raise ShapeError(f"DeformConv: X, W and offset must have the same rank (N, C, spatial...), got "
-                             f"{tuple(x.shape)}, {tuple(w.shape)}, {tuple(offset.shape)}")
-        if self.kernel_shape is not None and self.kernel_shape != kernel:
-            raise ShapeError(f"DeformConv: attribute kernel_shape={self.kernel_shape} disagrees with W's kernel "
-                             f"{kernel}")
-        n, channels = x.shape[:2]
-        out_channels, taps, out = w.shape[0], math.prod(kernel), list(offset.shape[2:])
+        kernel, strides, dilations, pads, out = deform_conv_plan(
+            tuple(x.shape), tuple(w.shape), tuple(offset.shape), None if mask is None else tuple(mask.shape),
+            self.kernel_shape, self.group, self.offset_group, self.strides, self.dilations, self.pads)
+        rank, (n, channels) = x.dim() - 2, x.shape[:2]
+        out_channels, taps = w.shape[0], math.prod(kernel)
         groups, offset_groups = self.group, self.offset_group
-        if channels != w.shape[1] * groups or out_channels % groups or channels % offset_groups:
-            raise ShapeError(f"DeformConv: X {tuple(x.shape)} and W {tuple(w.shape)} do not fit group={groups} "
-                             f"and offset_group={offset_groups} (C = W.shape[1] * group; M and C divisible)")
-        if offset.shape[0] != n or offset.shape[1] != offset_groups * taps * rank:
-            raise ShapeError(f"DeformConv: offset must be (N, offset_group * prod(kernel) * {rank}, ...) = "
-                             f"({n}, {offset_groups * taps * rank}, ...), got {tuple(offset.shape)}")
-        strides = self.strides or [1] * rank
-        dilations = self.dilations or [1] * rank
-        pads = self.pads or [0] * (2 * rank)
-        expected = list(window_geometry(list(x.shape[2:]), kernel, strides=strides, dilations=dilations, pads=pads,
-                                        op_name="DeformConv").out)
-        if expected != out:
-            raise ShapeError(f"DeformConv: the offset's spatial shape {out} is not the convolution's output "
-                             f"{expected} (from X, pads, strides, dilations and the kernel)")
-        if mask is not None and tuple(mask.shape) != (n, offset_groups * taps, *out):
-            raise ShapeError(f"DeformConv: mask must be {(n, offset_groups * taps, *out)}, got {tuple(mask.shape)}")
         samples = self._sample(x, offset.reshape(n, offset_groups, *kernel, rank, *out).to(x.dtype), kernel,
                                strides, dilations, pads, out)  # (N, offset_group, C / offset_group, taps, P)
         if mask is not None:
@@ -192,10 +154,7 @@ class DeformConv(TorchOp):
         taps, positions = math.prod(kernel), math.prod(out)
         coords = []  # per axis: (N, offset_group, taps, P) sampling coordinates in X
         for a in range(rank):
-            tap = torch.arange(kernel[a], device=x.device) * dilations[a]
-            base = torch.arange(out[a], device=x.device) * strides[a] - pads[a]
-            grid = (tap.reshape([-1 if i == a else 1 for i in range(rank)] + [1] * rank)
-                    + base.reshape([1] * rank + [-1 if i == a else 1 for i in range(rank)]))
+            grid = torch.as_tensor(deform_tap_grid(kernel, out, strides, dilations, pads, a), device=x.device)
             coords.append((grid.to(x.dtype) + offset.select(2 + rank, a)).reshape(n, offset_groups, taps, positions))
         flat = x.reshape(n, offset_groups, channels // offset_groups, -1)
         lows = [torch.floor(c) for c in coords]

@@ -21,11 +21,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints, scalar
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import grid_sample_taps, normalize_axes, normalized_grid_positions, resize_plan, resize_taps
+from d5.ops.onnx_semantics import grid_sample_taps, resize_plan
+from d5.ops.sequence_plans import (affine_grid_base, center_crop_pad_axes, center_crop_pad_plan, check_affine_grid,
+                                   check_at_least_1d, check_grid_sample_shapes, check_iou_threshold, check_nms_shapes,
+                                   check_roi_align_rois, check_roi_align_x, check_roi_batch_indices, resize_axis_taps,
+                                   resize_coordinate_mode, resize_inputs, roi_align_region, row_major_strides,
+                                   single_value_present)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -65,12 +69,10 @@ class Resize(TorchOp):
         adopt(self, operator_attributes("Resize", attributes))
 
     def forward(self, x, *rest):
-        if x.dim() < 1:
-            raise ShapeError(f"Resize: X must have at least 1 dimension, got shape {tuple(x.shape)}")
-        opset10 = len(rest) == 1  # opset 10: (X, scales), asymmetric coordinates
-        given = (None, rest[0], None) if opset10 else (tuple(rest) + (None,) * 3)[:3]
+        check_at_least_1d("Resize", "X", x.dim(), tuple(x.shape))
+        given, opset10 = resize_inputs(rest)  # opset 10: (X, scales), asymmetric coordinates
         roi, scales, sizes = (_host(value) for value in given)
-        coordinate_mode = "asymmetric" if opset10 else self.coordinate_mode
+        coordinate_mode = resize_coordinate_mode(self, opset10)
         plan = resize_plan("Resize", tuple(x.shape), roi, scales, sizes, self.axes, self.policy, coordinate_mode)
         if not plan:
             return x.clone()
@@ -80,10 +82,8 @@ class Resize(TorchOp):
         if fast is not None:
             return _cast_like(fast, dtype)
         for axis, scale, length, window in plan:
-            index, weights, outside = resize_taps(
-                "Resize", in_len=result.shape[axis], out_len=length, scale=scale, window=window, mode=self.mode,
-                coordinate_mode=coordinate_mode, nearest_mode=self.nearest_mode, cubic_a=self.cubic_a,
-                exclude_outside=self.exclude_outside, antialias=self.antialias, legacy=self.legacy_modes)
+            index, weights, outside = resize_axis_taps(self, result.shape[axis], length, scale, window,
+                                                       coordinate_mode)
             result = _apply_taps(result, axis, index, weights, self.mode == "nearest")
             if outside is not None and outside.any():
                 shape = [1] * result.dim()
@@ -162,9 +162,7 @@ class GridSample(TorchOp):
         adopt(self, operator_attributes("GridSample", attributes))
 
     def forward(self, x, grid):
-        if x.dim() < 3 or grid.dim() != x.dim() or grid.shape[-1] != x.dim() - 2 or grid.shape[0] != x.shape[0]:
-            raise ShapeError(f"GridSample: grid of shape {tuple(grid.shape)} does not match X of shape "
-                             f"{tuple(x.shape)}; expected X (N, C, *spatial) and grid (N, *output, spatial rank)")
+        check_grid_sample_shapes(tuple(x.shape), tuple(grid.shape))
         dtype = x.dtype
         compute = _compute_dtype(x)
         x, grid = x.to(compute), grid.to(compute)
@@ -180,7 +178,7 @@ class GridSample(TorchOp):
         per_axis = [grid_sample_taps(grid[..., len(spatial) - 1 - axis], size, align_corners=self.align_corners,
                                      mode=self.mode, padding_mode=self.padding_mode, xp=torch)
                     for axis, size in enumerate(spatial)]
-        strides = [math.prod(spatial[axis + 1:]) for axis in range(len(spatial))]
+        strides = row_major_strides(spatial)
         flat = x.reshape(n, channels, -1)
         out = None
         for combination in itertools.product(*per_axis):
@@ -204,15 +202,9 @@ class AffineGrid(TorchOp):
 
     def forward(self, theta, size):
         size = ints(size)
-        ndim = len(size) - 2
-        if ndim not in (2, 3) or tuple(theta.shape) != (size[0], ndim, ndim + 1) or min(size) < 0:
-            raise ShapeError(f"AffineGrid: size must be (N, C, H, W) or (N, C, D, H, W) with theta of shape (N, 2, 3) "
-                             f"or (N, 3, 4) respectively; got size {size} and theta of shape {tuple(theta.shape)}")
+        ndim = check_affine_grid(size, tuple(theta.shape))
         spatial = tuple(size[2:])
-        mesh = np.meshgrid(*(normalized_grid_positions(n, self.align_corners) for n in spatial), indexing="ij")
-        # The last coordinate axis is (x, y[, z]): the spatial axes in reverse order.
-        columns = [axis.reshape(-1) for axis in reversed(mesh)] + [np.ones(mesh[0].size)]
-        base = torch.from_numpy(np.stack(columns, axis=1)).to(theta.device, theta.dtype)
+        base = torch.from_numpy(affine_grid_base(spatial, self.align_corners)).to(theta.device, theta.dtype)
         grid = torch.einsum("nij,pj->npi", theta, base)
         return grid.reshape(theta.shape[0], *spatial, ndim)
 
@@ -227,24 +219,14 @@ class CenterCropPad(TorchOp):
         adopt(self, operator_attributes("CenterCropPad", attributes))
 
     def forward(self, x, shape):
-        if x.dim() < 1:
-            raise ShapeError(f"CenterCropPad: input_data must have at least 1 dimension, got shape {tuple(x.shape)}")
+        check_at_least_1d("CenterCropPad", "input_data", x.dim(), tuple(x.shape))
         target = ints(shape)
-        axes = list(range(x.dim())) if self.axes is None else normalize_axes("CenterCropPad", self.axes, x.dim())
-        if len(target) != len(axes):
-            raise ShapeError(f"CenterCropPad: shape {target} has {len(target)} entries for {len(axes)} axes")
-        if min(target, default=0) < 0:
-            raise ShapeError(f"CenterCropPad: the target shape must not have negative sizes, got {target}")
-        pads = [0] * (2 * x.dim())
-        for axis, size in zip(axes, target):
-            have = x.shape[axis]
-            if size <= have:
-                x = x.narrow(axis, (have - size) // 2, size)
-            else:
-                begin = (size - have) // 2
-                position = 2 * (x.dim() - 1 - axis)  # F.pad lists the last axis first
-                pads[position], pads[position + 1] = begin, size - have - begin
-        return F.pad(x, pads) if any(pads) else x
+        crops, pads, _ = center_crop_pad_plan(tuple(x.shape), target, center_crop_pad_axes(self.axes, x.dim()))
+        for axis, crop in enumerate(crops):
+            if crop is not None:
+                x = x.narrow(axis, crop[0], crop[1] - crop[0])
+        flat = [side for pair in reversed(pads) for side in pair]  # F.pad lists the last axis first
+        return F.pad(x, flat) if any(flat) else x
 
 
 # ---------------------------------------------------------------------------------------------- RoiAlign
@@ -280,31 +262,19 @@ class RoiAlign(TorchOp):
         adopt(self, operator_attributes("RoiAlign", attributes, opset=self.since))
 
     def forward(self, x, rois, batch_indices):
-        if x.dim() != 4:
-            raise ShapeError(f"RoiAlign: X must be 4-D (N, C, H, W), got shape {tuple(x.shape)}")
-        if rois.dim() != 2 or rois.shape[1] != 4 or tuple(batch_indices.shape) != (rois.shape[0],):
-            raise ShapeError(f"RoiAlign: rois must be (num_rois, 4) and batch_indices (num_rois,), got "
-                             f"{tuple(rois.shape)} and {tuple(batch_indices.shape)}")
+        check_roi_align_x(x.dim(), tuple(x.shape))
+        check_roi_align_rois(tuple(rois.shape), tuple(batch_indices.shape))
         n, channels, height, width = x.shape
         images = batch_indices.long().tolist()
-        if images and (min(images) < 0 or max(images) >= n):
-            raise ShapeError(f"RoiAlign: batch_indices must lie in [0, {n}), got {images}")
-        offset = 0.5 if self.half_pixel else 0.0
+        check_roi_batch_indices(images, n)
         pooled = []
         for box, image in zip(rois.detach().to("cpu", torch.float64).tolist(), images):
-            x1, y1, x2, y2 = (value * self.spatial_scale - offset for value in box)
-            roi_w, roi_h = x2 - x1, y2 - y1
-            if not self.half_pixel:
-                roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
-            grid_h = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_h / self.output_height))
-            grid_w = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_w / self.output_width))
+            x1, y1, bin_h, bin_w, grid_h, grid_w = roi_align_region(box, self)
             if grid_h <= 0 or grid_w <= 0:  # no sample points: the bins stay 0, as in onnxruntime
                 pooled.append(x.new_zeros((channels, self.output_height, self.output_width), dtype=torch.float64))
                 continue
-            y_low, y_high, wy_low, wy_high = _sample_axis(y1, roi_h / self.output_height, self.output_height, grid_h,
-                                                          height, x.device)
-            x_low, x_high, wx_low, wx_high = _sample_axis(x1, roi_w / self.output_width, self.output_width, grid_w,
-                                                          width, x.device)
+            y_low, y_high, wy_low, wy_high = _sample_axis(y1, bin_h, self.output_height, grid_h, height, x.device)
+            x_low, x_high, wx_low, wx_high = _sample_axis(x1, bin_w, self.output_width, grid_w, width, x.device)
             picture = x[image].to(torch.float64)
             corners = [torch.index_select(torch.index_select(picture, 1, ys), 2, xs) * (wy[:, None] * wx[None, :])
                        for ys, wy in ((y_low, wy_low), (y_high, wy_high))
@@ -353,22 +323,15 @@ class NonMaxSuppression(TorchOp):
 
     @staticmethod
     def _optional(value, what: str, kind, default):
-        if value is None or value.numel() == 0:
+        if value is None or not single_value_present("NonMaxSuppression", what, value.numel(), tuple(value.shape)):
             return default
-        if value.numel() != 1:
-            raise ShapeError(f"NonMaxSuppression: {what} must be a single value (a scalar or a 1-element tensor), "
-                             f"got shape {tuple(value.shape)}")
         return kind(scalar(value, float if kind is not int else int))
 
     def forward(self, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None, score_threshold=None):
-        if boxes.dim() != 3 or boxes.shape[-1] != 4 or scores.dim() != 3 or \
-                (scores.shape[0], scores.shape[2]) != (boxes.shape[0], boxes.shape[1]):
-            raise ShapeError(f"NonMaxSuppression: boxes must be (B, N, 4) and scores (B, C, N), got "
-                             f"{tuple(boxes.shape)} and {tuple(scores.shape)}")
+        check_nms_shapes(tuple(boxes.shape), tuple(scores.shape))
         max_boxes = max(self._optional(max_output_boxes_per_class, "max_output_boxes_per_class (input 2)", int, 0), 0)
         limit = self._optional(iou_threshold, "iou_threshold (input 3)", float, 0.0)
-        if not 0 <= limit <= 1:
-            raise ShapeError(f"NonMaxSuppression: iou_threshold must be in [0, 1], got {limit}")
+        check_iou_threshold(limit)
         score_limit = self._optional(score_threshold, "score_threshold (input 4)", float, None)
         corners = self._corners(boxes.detach().to(torch.float32))
         scores = scores.detach().to(torch.float32)

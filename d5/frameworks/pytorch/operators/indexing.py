@@ -15,6 +15,10 @@ from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import scalar
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import normalize_axis
+from d5.ops.tensor_checks import (check_indices, check_one_hot_inputs, check_rank, check_scatter_elements,
+                                  check_scatter_inputs, check_top_k, check_write_index_count, check_write_positions,
+                                  compress_axis, one_hot_depth, require_integer_indices, require_single_value,
+                                  scatter_nd_depth, strides, tensor_scatter_axis, top_k_count, unique_axis)
 
 
 def _wrap(indices: torch.Tensor, size: int, op_name: str) -> torch.Tensor:
@@ -73,15 +77,11 @@ class GatherND(TorchOp):
 def _checked(indices: torch.Tensor, sizes: torch.Tensor | int, op_name: str) -> torch.Tensor:
     """Integer ``indices`` as int64 with negative values wrapped once; a ShapeError naming the first index out
     of ``[-size, size)`` (``sizes`` broadcasts against ``indices``: one size, or one per last-axis entry)."""
-    if indices.dtype.is_floating_point or indices.dtype in (torch.bool, torch.complex64, torch.complex128):
-        raise ShapeError(f"{op_name}: indices must be int32 or int64, got {indices.dtype}; Cast them first")
+    integer = not (indices.dtype.is_floating_point or indices.dtype in (torch.bool, torch.complex64, torch.complex128))
+    require_integer_indices(op_name, integer, indices.dtype)
     indices = indices.long()
-    bad = (indices < -sizes) | (indices >= sizes)
-    if indices.numel() and bool(bad.any()):
-        where = [int(i) for i in torch.nonzero(bad)[0]]
-        size = int(sizes[where[-1]]) if isinstance(sizes, torch.Tensor) else int(sizes)
-        raise ShapeError(f"{op_name}: index {int(indices[tuple(where)])} (at position {where} of indices) is out "
-                         f"of range for an axis of size {size}; use indices in [{-size}, {size - 1}]")
+    if indices.numel() and bool(((indices < -sizes) | (indices >= sizes)).any()):  # named by the NumPy check
+        check_indices(op_name, indices.cpu().numpy(), sizes.cpu().numpy() if isinstance(sizes, torch.Tensor) else sizes)
     return torch.where(indices < 0, indices + sizes, indices)
 
 
@@ -95,11 +95,7 @@ class _Scatter(TorchOp):
         adopt(self, operator_attributes(type(self).__name__, attributes))
 
     def _inputs(self, data, indices, updates):
-        name = type(self).__name__
-        if data is None or indices is None or updates is None:
-            raise ShapeError(f"{name}: expected the three inputs (data, indices, updates)")
-        if data.dim() < 1:
-            raise ShapeError(f"{name}: data must have at least 1 dimension, got shape {tuple(data.shape)}")
+        check_scatter_inputs(type(self).__name__, data, indices, updates, lambda x: tuple(x.shape))
 
 
 @register("ScatterElements", "Scatter")
@@ -109,14 +105,7 @@ class ScatterElements(_Scatter):
     def forward(self, data, indices, updates):
         self._inputs(data, indices, updates)
         axis = normalize_axis("ScatterElements", self.axis, data.dim())
-        if indices.dim() != data.dim() or any(i > d for a, (i, d) in enumerate(zip(indices.shape, data.shape))
-                                              if a != axis):
-            raise ShapeError(f"ScatterElements: indices must have the rank of data ({data.dim()}) and, except on "
-                             f"axis {axis}, no larger dimensions; got indices {tuple(indices.shape)} for data "
-                             f"{tuple(data.shape)}")
-        if updates.shape != indices.shape:
-            raise ShapeError(f"ScatterElements: updates must have shape {tuple(indices.shape)} (that of indices), "
-                             f"got {tuple(updates.shape)}")
+        check_scatter_elements(tuple(data.shape), tuple(indices.shape), axis, tuple(updates.shape))
         index = _checked(indices, data.shape[axis], "ScatterElements")
         updates = updates.to(data.dtype)
         if self.reduction == "none":
@@ -132,21 +121,10 @@ class ScatterND(_Scatter):
 
     def forward(self, data, indices, updates):
         self._inputs(data, indices, updates)
-        depth = indices.shape[-1] if indices.dim() else 0
-        if indices.dim() < 1 or not 1 <= depth <= data.dim():
-            raise ShapeError(f"ScatterND: indices must have at least one axis, whose last length (here {depth}) is "
-                             f"from 1 to data's rank {data.dim()}; got indices {tuple(indices.shape)} for data "
-                             f"{tuple(data.shape)}")
-        expected = tuple(indices.shape[:-1]) + tuple(data.shape[depth:])
-        if tuple(updates.shape) != expected:
-            raise ShapeError(f"ScatterND: updates must have shape {expected} (set by data {tuple(data.shape)} and "
-                             f"indices {tuple(indices.shape)}), got {tuple(updates.shape)}")
+        depth = scatter_nd_depth(tuple(data.shape), tuple(indices.shape), tuple(updates.shape))
         sizes = torch.tensor(data.shape[:depth], dtype=torch.long, device=data.device)
         index = _checked(indices, sizes, "ScatterND").reshape(-1, depth)
-        strides = torch.ones(depth, dtype=torch.long, device=data.device)
-        for axis in range(depth - 2, -1, -1):
-            strides[axis] = strides[axis + 1] * data.shape[axis + 1]
-        rows = (index * strides).sum(-1)
+        rows = (index * torch.tensor(strides(tuple(data.shape[:depth])), dtype=torch.long, device=data.device)).sum(-1)
         flat = data.reshape(-1, *data.shape[depth:])
         values = updates.to(data.dtype).reshape(-1, *data.shape[depth:])
         if self.reduction == "none":
@@ -167,30 +145,18 @@ class TensorScatter(TorchOp):
         adopt(self, operator_attributes("TensorScatter", attributes))
 
     def forward(self, cache, update, write_indices=None):
-        if cache.dim() < 2:
-            raise ShapeError(f"TensorScatter: past_cache needs a batch and a sequence axis, got shape "
-                             f"{tuple(cache.shape)}")
-        axis = normalize_axis("TensorScatter", self.axis, cache.dim())
-        if axis == 0:
-            raise ShapeError("TensorScatter: axis cannot be 0 (the batch axis)")
-        if (update.dim() != cache.dim() or update.shape[axis] > cache.shape[axis]
-                or any(u != c for i, (u, c) in enumerate(zip(update.shape, cache.shape)) if i != axis)):
-            raise ShapeError(f"TensorScatter: update shape {tuple(update.shape)} must equal past_cache shape "
-                             f"{tuple(cache.shape)} except along axis {axis}, where it may not be longer")
+        axis = tensor_scatter_axis(tuple(cache.shape), tuple(update.shape), self.axis)
         batch, length, steps = cache.shape[0], cache.shape[axis], update.shape[axis]
         if write_indices is None or write_indices.numel() == 0:
             starts = torch.zeros(batch, dtype=torch.long, device=cache.device)
         else:
             starts = write_indices.long().reshape(-1)
-        if tuple(starts.shape) != (batch,):
-            raise ShapeError(f"TensorScatter: write_indices must have shape ({batch},), got {tuple(starts.shape)}")
+        check_write_index_count(batch, starts.numel(), tuple(starts.shape))
         positions = starts[:, None] + torch.arange(steps, device=cache.device)  # (batch, steps)
         if self.mode == "circular":
             positions = positions % length
-        elif steps and bool(((starts < 0) | (starts + steps > length)).any()):
-            start = int(starts[(starts < 0) | (starts + steps > length)][0])
-            raise ShapeError(f"TensorScatter: write index {start} + sequence length {steps} exceeds the cache length "
-                             f"{length} (mode='linear'); use mode='circular' to wrap around")
+        elif steps:
+            check_write_positions(starts.cpu().numpy(), steps, length, self.mode)
         view = [batch] + [1] * (cache.dim() - 1)
         view[axis] = steps
         return torch.scatter(cache, axis, positions.reshape(view).expand(update.shape), update.to(cache.dtype))
@@ -206,18 +172,8 @@ class OneHot(TorchOp):
         adopt(self, operator_attributes("OneHot", attributes))
 
     def forward(self, indices, depth, values):
-        swapped = " (are depth and values swapped? The inputs are (indices, depth, values))" \
-            if depth.numel() == 2 and values.numel() == 1 else ""
-        if depth.numel() != 1 or depth.dim() > 1 or depth.dtype == torch.bool:
-            raise ShapeError(f"OneHot: depth (input 1) must be one number (a scalar or a 1-element tensor), got "
-                             f"{depth.dtype} of shape {tuple(depth.shape)}{swapped}")
-        if values.numel() != 2 or values.dim() != 1:
-            raise ShapeError(f"OneHot: values (input 2) must be a 1-D tensor of 2 elements, [off_value, on_value], "
-                             f"got shape {tuple(values.shape)}{swapped}")
-        count = scalar(depth)
-        if count != count or count in (float("inf"), float("-inf")) or int(count) < 1:
-            raise ShapeError(f"OneHot: depth must be at least 1 (the number of classes), got {count}")
-        count = int(count)
+        check_one_hot_inputs(tuple(depth.shape), tuple(values.shape), depth.dtype != torch.bool, depth.dtype)
+        count = one_hot_depth(scalar(depth))
         indices = indices.long()  # float indices truncate toward zero, as the spec's cast does
         indices = torch.where(indices < 0, indices + count, indices)
         axis = normalize_axis("OneHot", self.axis, indices.dim() + 1)
@@ -235,11 +191,9 @@ class Trilu(TorchOp):
         adopt(self, operator_attributes("Trilu", attributes))
 
     def forward(self, x, k=None):
-        if x.dim() < 2:
-            raise ShapeError(f"Trilu: the input must have at least 2 dimensions, got shape {tuple(x.shape)}")
-        if k is not None and k.numel() != 1:
-            raise ShapeError(f"Trilu: k (input 1) must be a single value (a scalar or a 1-element tensor), got "
-                             f"shape {tuple(k.shape)}")
+        check_rank("Trilu", tuple(x.shape), "the input", at_least=2)
+        if k is not None:
+            require_single_value("Trilu", "k (input 1)", k.numel(), tuple(k.shape))
         offset = 0 if k is None else scalar(k, int)
         rows, cols = x.shape[-2:]
         offset = max(min(offset, cols + 1), -rows - 1)  # beyond the matrix every offset keeps all or nothing
@@ -257,19 +211,14 @@ class TopK(TorchOp):
         adopt(self, operator_attributes("TopK", attributes))
 
     def forward(self, x, k=None):
-        if k is not None and k.numel() != 1:
-            raise ShapeError(f"TopK: k (input 1) must be a single value (a scalar or a 1-element tensor), got shape "
-                             f"{tuple(k.shape)}")
-        count = self.k if k is None else scalar(k, int)
-        if count is None:
-            raise ShapeError("TopK: k is required (the second input from opset 10, the attribute before)")
-        if x.dim() < 1:
-            raise ShapeError(f"TopK: X must have at least 1 dimension, got shape {tuple(x.shape)}")
+        if k is not None:
+            require_single_value("TopK", "k (input 1)", k.numel(), tuple(k.shape))
+        count = top_k_count(None if k is None else scalar(k, int), self.k)
+        check_rank("TopK", tuple(x.shape), "X", at_least=1)
         axis = normalize_axis("TopK", self.axis, x.dim())
-        if not 0 <= int(count) <= x.shape[axis]:
-            raise ShapeError(f"TopK: k={count} is out of range for axis {axis} of length {x.shape[axis]}")
+        check_top_k(count, axis, x.shape[axis])
         values, indices = torch.sort(x, dim=axis, descending=self.largest, stable=True)
-        return values.narrow(axis, 0, int(count)), indices.narrow(axis, 0, int(count))
+        return values.narrow(axis, 0, count), indices.narrow(axis, 0, count)
 
 
 @register("Compress")
@@ -282,17 +231,9 @@ class Compress(TorchOp):
         adopt(self, operator_attributes("Compress", attributes))
 
     def forward(self, x, condition):
-        if condition.dim() != 1:
-            raise ShapeError(f"Compress: condition must be a 1-D tensor, got shape {tuple(condition.shape)}")
+        axis = compress_axis(tuple(x.shape), tuple(condition.shape), self.axis)
         if self.axis is None:
-            x, axis = x.reshape(-1), 0
-        else:
-            if x.dim() < 1:
-                raise ShapeError(f"Compress: input must have at least 1 dimension, got shape {tuple(x.shape)}")
-            axis = normalize_axis("Compress", self.axis, x.dim())
-        if condition.numel() > x.shape[axis]:
-            raise ShapeError(f"Compress: condition has {condition.numel()} entries, more than the {x.shape[axis]} "
-                             f"{'elements of the input' if self.axis is None else f'slices along axis {axis}'}")
+            x = x.reshape(-1)
         return torch.index_select(x, axis, torch.nonzero(condition.bool()).reshape(-1))
 
 
@@ -319,9 +260,7 @@ class Unique(TorchOp):
             flat, axis = x.reshape(-1), 0
             values, inverse, counts = torch.unique(flat, sorted=True, return_inverse=True, return_counts=True)
         else:
-            if not -x.dim() <= self.axis < x.dim():
-                raise ShapeError(f"Unique: axis {self.axis} out of range for a rank-{x.dim()} input")
-            axis = self.axis % x.dim()
+            axis = unique_axis(self.axis, x.dim())
             values, inverse, counts = torch.unique(x, sorted=True, return_inverse=True, return_counts=True, dim=axis)
         inverse = inverse.reshape(-1)
         positions = torch.arange(inverse.numel(), device=x.device)

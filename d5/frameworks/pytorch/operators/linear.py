@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import torch
 
-from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators.elementwise import SIGNED_OF, as_signed
 from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.tensor_checks import check_square_matrices, einsum_mismatch, require_einsum_dtype
 
 
 @register("Gemm")
@@ -49,9 +49,7 @@ class Einsum(TorchOp):
 
     def forward(self, *inputs):
         for index, x in enumerate(inputs):
-            if x.dtype == torch.bool or x.is_complex():
-                raise ShapeError(f"Einsum: operand {index} has dtype {x.dtype}; Einsum takes integer tensors and "
-                                 "float16, float32, float64 or bfloat16. Cast it first")
+            require_einsum_dtype(index, not (x.dtype == torch.bool or x.is_complex()), x.dtype)
         dtype = inputs[0].dtype if inputs else None
         try:
             if dtype in SIGNED_OF:
@@ -59,8 +57,7 @@ class Einsum(TorchOp):
                 return out.view(dtype) if dtype == torch.uint64 else out.to(dtype)
             out = torch.einsum(self.equation, *inputs)
         except RuntimeError as err:
-            raise ShapeError(f"Einsum: equation {self.equation!r} does not fit the operand shapes "
-                             f"{[tuple(x.shape) for x in inputs]}: {str(err).splitlines()[0]}") from None
+            raise einsum_mismatch(self.equation, [tuple(x.shape) for x in inputs], str(err).splitlines()[0]) from None
         return out if out.dtype == dtype else out.to(dtype)
 
 
@@ -69,8 +66,7 @@ class Det(TorchOp):
     """Determinant of the square matrices in the last two axes (float16/bfloat16 computed in float32)."""
 
     def forward(self, x):
-        if x.dim() < 2 or x.shape[-1] != x.shape[-2]:
-            raise ShapeError(f"Det: input must be (..., M, M) square matrices, got shape {tuple(x.shape)}")
+        check_square_matrices(tuple(x.shape))
         if x.dtype in (torch.float32, torch.float64):
             return torch.linalg.det(x)
         compute = torch.float32 if x.is_floating_point() else torch.float64

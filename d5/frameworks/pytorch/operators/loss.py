@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.tensor_checks import check_loss_scores
 
 
 @register("NegativeLogLikelihoodLoss")
@@ -23,9 +24,7 @@ class NegativeLogLikelihoodLoss(TorchOp):
         return self._nll(log_prob, labels, weights)
 
     def _nll(self, log_prob, labels, weights):
-        if log_prob.dim() < 2:
-            raise ShapeError(f"{type(self).__name__}: scores must be (N, C) or (N, C, d1, ...), got shape "
-                             f"{tuple(log_prob.shape)}")
+        check_loss_scores(type(self).__name__, tuple(log_prob.shape))
         labels = labels.long()
         if weights is None or not weights.requires_grad:
             # torch's fused nll_loss (what nn.CrossEntropyLoss runs) has ONNX's semantics: per-class weights, the

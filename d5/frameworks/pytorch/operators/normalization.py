@@ -12,6 +12,8 @@ from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import normalize_axis
+from d5.ops.window_checks import (STASH_FLOAT64, check_batch_norm, check_broadcastable, lrn_half_window, mvn_axes,
+                                  normalized_axis, require_channels)
 
 
 @register("BatchNormalization")
@@ -31,8 +33,7 @@ class BatchNormalization(TorchOp):
         adopt(self, operator_attributes("BatchNormalization", attributes))
 
     def forward(self, x, scale, bias, mean, var):
-        if x.dim() < 2:
-            raise ShapeError(f"BatchNormalization: X must be (N, C, ...), got shape {tuple(x.shape)}")
+        check_batch_norm(tuple(x.shape))
         if not (self.training or self.training_mode):
             return F.batch_norm(x, mean, var, scale, bias, training=False, eps=self.epsilon)
         if self.node_output_count is not None and self.node_output_count > 1:
@@ -127,24 +128,10 @@ class GroupNormalization18(GroupNormalization):
     per_group = True
 
 
-_STASH_FLOAT64 = 11  # stash_type values: TensorProto float types; 11 (float64) widens the statistics
-
-
 def _float_compute_dtype(*tensors) -> torch.dtype:
     """float64 when any input is float64, else float32 (narrow floats are cast back afterwards), as the
     reference's transformer-block normalizations."""
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
-
-
-def _require_broadcastable(op_name: str, value: torch.Tensor, what: str, shape) -> None:
-    # A scale or bias must broadcast to X without changing X's shape.
-    try:
-        fits = torch.broadcast_shapes(tuple(value.shape), tuple(shape)) == tuple(shape)
-    except RuntimeError:
-        fits = False
-    if not fits:
-        raise ShapeError(f"{op_name}: {what} of shape {tuple(value.shape)} does not broadcast to the input's shape "
-                         f"{tuple(shape)}")
 
 
 @register("RMSNormalization")
@@ -159,11 +146,9 @@ class RMSNormalization(TorchOp):
     def forward(self, x, scale):
         if x is None or scale is None:
             raise ShapeError("RMSNormalization: expected inputs (X, scale)")
-        if not -x.dim() <= self.axis < x.dim():
-            raise ShapeError(f"RMSNormalization: axis={self.axis} is out of range for X of rank {x.dim()}")
-        _require_broadcastable("RMSNormalization", scale, "scale", x.shape)
-        axes = list(range(self.axis % x.dim(), x.dim()))
-        dtype = torch.float64 if self.stash_type == _STASH_FLOAT64 else _float_compute_dtype(x, scale)
+        axes = list(range(normalized_axis("RMSNormalization", self.axis, x.dim()), x.dim()))
+        check_broadcastable("RMSNormalization", "scale", tuple(scale.shape), x.shape)
+        dtype = torch.float64 if self.stash_type == STASH_FLOAT64 else _float_compute_dtype(x, scale)
         xc = x.to(dtype)
         inv_rms = torch.rsqrt((xc * xc).mean(dim=axes, keepdim=True) + self.epsilon)
         return (xc * inv_rms * scale.to(dtype)).to(x.dtype)
@@ -195,12 +180,10 @@ class LRN(TorchOp):
         adopt(self, operator_attributes("LRN", attributes))
 
     def forward(self, x):
-        if x.dim() < 2:
-            raise ShapeError(f"LRN: X must be (N, C, ...), got shape {tuple(x.shape)}")
+        require_channels("LRN", x.shape)
         xc = x.to(_float_compute_dtype(x))
         n, channels = x.shape[:2]
-        # A window reaching past every channel sums them all: clip it, so a huge size costs no more.
-        half = min((self.size - 1) // 2, channels - 1)
+        half = lrn_half_window(self.size, channels)
         squares = (xc * xc).reshape(n, channels, -1).transpose(1, 2).reshape(-1, 1, channels)
         ones = torch.ones((1, 1, 2 * half + 1), dtype=xc.dtype, device=xc.device)
         sums = F.conv1d(F.pad(squares, (half, half)), ones)
@@ -221,11 +204,7 @@ class MeanVarianceNormalization(TorchOp):
         adopt(self, operator_attributes("MeanVarianceNormalization", attributes))
 
     def forward(self, x):
-        if not self.axes or any(not -x.dim() <= a < x.dim() for a in self.axes):
-            raise ShapeError(f"MeanVarianceNormalization: axes {list(self.axes)} must be non-empty and lie in "
-                             f"[{-x.dim()}, {x.dim()}) for X of shape {tuple(x.shape)}; set the axes attribute to "
-                             "match X")
-        axes = sorted({a % x.dim() for a in self.axes})
+        axes = list(mvn_axes(self.axes, tuple(x.shape)))
         xc = x.to(_float_compute_dtype(x))
         centered = xc - xc.mean(dim=axes, keepdim=True)
         variance = (centered * centered).mean(dim=axes, keepdim=True)

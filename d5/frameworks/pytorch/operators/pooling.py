@@ -12,11 +12,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.errors import UnsupportedOperatorError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints, pad_spatial, resolve_pads
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import unpooled_shape
+from d5.ops.window_checks import (check_global_pool_input, check_lp_pool_rank, check_pool_rank,
+                                  check_unpool_index_range, check_unpool_inputs, plane_steps, subsamples,
+                                  unpool_output_shape, window_counts)
 
 _MAX_POOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
@@ -34,18 +37,9 @@ class _WindowPool(TorchOp):
         return self.planned(x.shape, self._resolve_window, x)
 
     def _resolve_window(self, x):
-        if x.dim() not in (3, 4, 5) or len(self.kernel_shape) != x.dim() - 2:
-            raise ShapeError(f"{self.op_name}: X must be (N, C, spatial...) with {len(self.kernel_shape)} spatial "
-                             f"axes for kernel_shape {list(self.kernel_shape)}, got shape {tuple(x.shape)}")
+        check_pool_rank(self.op_name, x.dim(), x.shape, self.kernel_shape)
         return resolve_pads(self.op_name, tuple(x.shape[2:]), self.kernel_shape, self.strides, self.dilations,
                             self.pads, self.auto_pad, ceil_mode=self.ceil_mode)
-
-
-def _subsamples(kernel, sides, out, spatial, strides) -> bool:
-    """Whether a max pooling is plain subsampling: 1-wide windows, no padding, and as many outputs as a strided
-    slice gives."""
-    return (all(k == 1 for k in kernel) and all(begin == 0 and end <= 0 for begin, end in sides)
-            and all(o == -(-n // step) for o, n, step in zip(out, spatial, strides)))
 
 
 @register("MaxPool")
@@ -80,7 +74,7 @@ class MaxPool(_WindowPool):
         """The window (see _window) and, when the pooling only subsamples, the strided slice that does it."""
         geometry, strides, dilations, sides = self._resolve_window(x)
         subsample = None
-        if _subsamples(self.kernel_shape, sides, geometry.out, x.shape[2:], strides):
+        if subsamples(self.kernel_shape, sides, geometry.out, x.shape[2:], strides):
             # A 1x1 window with strides only picks every stride-th element (a CIFAR ResNet's option-A shortcut):
             # a strided view, free, where the pooling kernel would read and write the whole tensor.
             subsample = (slice(None), slice(None), *(slice(None, None, step) for step in strides))
@@ -96,9 +90,7 @@ class MaxPool(_WindowPool):
         spatial = x_shape[2:]
         inside = ~empty
         index = torch.zeros_like(flat)
-        strides = [math.prod(spatial[a + 1:]) for a in range(len(spatial))]
-        if self.storage_order == 1:
-            strides = [math.prod(spatial[:a]) for a in range(len(spatial))]
+        strides = plane_steps(spatial, self.storage_order)
         for axis, coord in enumerate(coords):
             original = coord - sides[axis][0]
             inside &= (original >= 0) & (original < spatial[axis])
@@ -134,32 +126,20 @@ class AveragePool(_WindowPool):
         return torch.as_tensor(counts, dtype=x.dtype, device=x.device)
 
     def _counts(self, spatial, geometry, strides, dilations) -> np.ndarray:
-        counts = np.ones((), dtype=np.int64)
-        crops, applied = geometry.crops, geometry.applied_pads
-        rank = len(spatial)
-        for axis, size in enumerate(spatial):
-            size = size - crops[axis] - crops[axis + rank]  # the kernels see the cropped input
-            begin, end = applied[axis], applied[axis + rank]
-            low, high = (-begin, size + end) if self.count_include_pad else (0, size)
-            coords = (np.arange(geometry.out[axis])[:, None] * strides[axis] - begin
-                      + np.arange(self.kernel_shape[axis])[None, :] * dilations[axis])
-            counts = np.multiply.outer(counts, ((coords >= low) & (coords < high)).sum(axis=1))
-        return counts
+        return window_counts(spatial, geometry, self.kernel_shape, strides, dilations, bool(self.count_include_pad))
 
 
 @register("GlobalAveragePool")
 class GlobalAveragePool(TorchOp):
     def forward(self, x):
-        if x.dim() < 3:
-            raise ShapeError(f"GlobalAveragePool: X must be (N, C, spatial...), got shape {tuple(x.shape)}")
+        check_global_pool_input("GlobalAveragePool", x.shape)
         return x.mean(dim=tuple(range(2, x.dim())), keepdim=True)
 
 
 @register("GlobalMaxPool")
 class GlobalMaxPool(TorchOp):
     def forward(self, x):
-        if x.dim() < 3:
-            raise ShapeError(f"GlobalMaxPool: X must be (N, C, spatial...), got shape {tuple(x.shape)}")
+        check_global_pool_input("GlobalMaxPool", x.shape)
         return x.amax(dim=tuple(range(2, x.dim())), keepdim=True)
 
 
@@ -175,9 +155,7 @@ class LpPool(TorchOp):
 
     def forward(self, x):
         rank = len(self.kernel_shape)
-        if x.dim() != rank + 2:
-            raise ShapeError(f"LpPool: X must have N, C and {rank} spatial axes (from kernel_shape), got shape "
-                             f"{tuple(x.shape)}")
+        check_lp_pool_rank(x.dim(), x.shape, self.kernel_shape)
         if rank not in _CONV:
             raise UnsupportedOperatorError(f"LpPool: the PyTorch framework pools 1 to 3 spatial axes, got {rank}")
         _, strides, dilations, sides = resolve_pads("LpPool", tuple(x.shape[2:]), self.kernel_shape, self.strides,
@@ -207,25 +185,14 @@ class MaxUnpool(TorchOp):
         adopt(self, operator_attributes("MaxUnpool", attributes))
 
     def forward(self, x, indices, output_shape=None):
-        rank = len(self.kernel_shape)
-        if x.dim() != rank + 2 or tuple(indices.shape) != tuple(x.shape):
-            raise ShapeError(f"MaxUnpool: X must be (N, C) plus {rank} spatial axes (kernel_shape "
-                             f"{list(self.kernel_shape)}) and I of X's shape; got X {tuple(x.shape)}, I "
-                             f"{tuple(indices.shape)}")
-        if indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
-            raise ShapeError(f"MaxUnpool: I must hold integer (int64) indices, got dtype {indices.dtype}")
+        integer = not (indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool)
+        check_unpool_inputs(tuple(x.shape), tuple(indices.shape), self.kernel_shape, integer, indices.dtype)
         inferred = unpooled_shape("MaxUnpool", tuple(x.shape), self.kernel_shape, self.strides, self.pads)
-        shape = inferred
-        if output_shape is not None:
-            shape = tuple(ints(output_shape))
-            if len(shape) != x.dim() or shape[:2] != inferred[:2] or any(o < i for o, i in zip(shape, inferred)):
-                raise ShapeError(f"MaxUnpool: output_shape {list(shape)} must have X's rank, N and C, and be at "
-                                 f"least the unpooled shape {list(inferred)} on every axis")
+        shape = unpool_output_shape(inferred, None if output_shape is None else ints(output_shape))
         flat = indices.reshape(-1).to(torch.int64)
         total = math.prod(inferred)
-        if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= total):
-            raise ShapeError(f"MaxUnpool: indices must lie in [0, {total}) (flat positions in the unpooled shape "
-                             f"{list(inferred)}), got values in [{int(flat.min())}, {int(flat.max())}]")
+        if flat.numel():
+            check_unpool_index_range(int(flat.min()), int(flat.max()), inferred)
         # The last writer of each position, deterministically (a scatter of repeated indices is not).
         order = torch.arange(flat.numel(), device=flat.device)
         last = torch.full((total,), -1, dtype=torch.int64, device=flat.device).scatter_reduce(

@@ -18,10 +18,11 @@ from d5.frameworks.pytorch.operators._helpers import torch_dtype
 from d5.frameworks.pytorch.operators.convolution import Conv
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import quantization_axis
+from d5.ops.window_checks import (QUANTIZED_RANGES, a_zero_point_rows, check_b_zero_point, check_matmul_integer,
+                                  qlinear_matmul_shapes, requantize_broadcast_error, zero_point_broadcast_error)
 
-# Saturation ranges of the integer types torch has.
-_RANGES = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.uint16: (0, 65535), torch.int16: (-32768, 32767),
-           torch.int32: (-2 ** 31, 2 ** 31 - 1)}
+# Saturation ranges of the integer types quantization targets that torch has.
+_RANGES = {getattr(torch, name): QUANTIZED_RANGES[name] for name in ("uint8", "int8", "uint16", "int16", "int32")}
 
 
 def _integer_range(op_name: str, dtype: torch.dtype) -> tuple[int, int]:
@@ -148,20 +149,13 @@ class MatMulInteger(TorchOp):
     """``(A - a_zero_point) @ (B - b_zero_point)`` in int32 (per-row A and per-column B zero points)."""
 
     def forward(self, a, b, a_zero_point=None, b_zero_point=None):
-        if a.dim() < 1 or b.dim() < 1:
-            raise ShapeError(f"MatMulInteger: A and B must have at least one dimension, got shapes "
-                             f"{tuple(a.shape)} and {tuple(b.shape)}")
+        check_matmul_integer(a.shape, b.shape)
         left = a.to(torch.float64)
         if a_zero_point is not None:
-            rows = a.shape[-2] if a.dim() > 1 else 1
-            if a_zero_point.numel() != 1 and tuple(a_zero_point.shape) != (rows,):
-                raise ShapeError(f"MatMulInteger: a_zero_point must be a scalar or 1-D of length {rows} (A's rows), "
-                                 f"got shape {tuple(a_zero_point.shape)}")
+            a_zero_point_rows(a.shape, a_zero_point.shape)
             zero = a_zero_point.to(torch.float64)
             left = left - (zero[..., None] if zero.numel() > 1 else zero.reshape(()))
-        if b_zero_point is not None and b_zero_point.numel() != 1 and tuple(b_zero_point.shape) != tuple(b.shape[-1:]):
-            raise ShapeError(f"MatMulInteger: b_zero_point must be a scalar or 1-D of length {b.shape[-1]} (B's "
-                             f"columns), got shape {tuple(b_zero_point.shape)}")
+        check_b_zero_point(b.shape, None if b_zero_point is None else b_zero_point.shape)
         right = b.to(torch.float64) - _as_float64(b_zero_point)
         product = _product("MatMulInteger", left, right, f"shapes {tuple(a.shape)} and {tuple(b.shape)}")
         return torch.round(product).to(torch.int64).to(torch.int32)  # int32 wraps around, as the reference's
@@ -173,19 +167,18 @@ class QLinearMatMul(TorchOp):
     y_scale`` (computed in the scales' dtype, as onnx.reference), plus y_zero_point, saturated."""
 
     def forward(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point=None):
-        shapes = (f"A {tuple(a.shape)} and B {tuple(b.shape)} with zero points of shapes "
-                  f"{tuple(getattr(a_zero_point, 'shape', ()))} and {tuple(getattr(b_zero_point, 'shape', ()))}")
+        shapes = qlinear_matmul_shapes(a.shape, b.shape, getattr(a_zero_point, "shape", None),
+                                       getattr(b_zero_point, "shape", None))
         try:
             left = a.to(torch.float64) - _as_float64(a_zero_point)
             right = b.to(torch.float64) - _as_float64(b_zero_point)
         except RuntimeError:
-            raise ShapeError(f"QLinearMatMul: zero points must be scalars or broadcast against {shapes}") from None
+            raise zero_point_broadcast_error("QLinearMatMul", shapes) from None
         product = _product("QLinearMatMul", left, right, shapes)
         try:
             real = product * (a_scale * b_scale / y_scale).to(torch.float64) + _as_float64(y_zero_point)
         except RuntimeError:
-            raise ShapeError(f"QLinearMatMul: the scales and y_zero_point must be scalars or broadcast against the "
-                             f"product of shape {tuple(product.shape)}") from None
+            raise requantize_broadcast_error(product.shape) from None
         dtype = y_zero_point.dtype if y_zero_point is not None else a.dtype
         return _saturate(torch.round(real), dtype, "QLinearMatMul")
 

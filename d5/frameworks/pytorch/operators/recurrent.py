@@ -8,9 +8,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from d5.errors import ShapeError, UnsupportedOperatorError
 from d5.frameworks.pytorch.operators import TorchOp, register
-from d5.ops.onnx_attributes import RECURRENT_DEFAULT_ACTIVATIONS, adopt, operator_attributes
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.sequence_plans import (RecurrentSpec, check_hidden_size, check_recurrent_attributes,
+                                   check_recurrent_weights, gru_cell, lstm_cell)
 
 # name -> f(a, alpha, beta); which take alpha/beta: onnx_attributes.RECURRENT_ACTIVATIONS
 _ACTIVATIONS = {
@@ -28,16 +29,12 @@ _ACTIVATIONS = {
 }
 
 
-class _Recurrent(TorchOp):
-    op_name = ""
-    gates = 1
-    default_activations: tuple[str, ...] = ()
-    has_cell_state = False
-
+class _Recurrent(TorchOp, RecurrentSpec):
     def __init__(self, **attributes) -> None:
         super().__init__()
         attributes = adopt(self, operator_attributes(self.op_name, attributes))
         self.activations = [(_ACTIVATIONS[name], alpha, beta) for name, alpha, beta in attributes.activations]
+        check_recurrent_attributes(self.op_name, attributes)
 
     def _act(self, index: int, a):
         if self.clip is not None:
@@ -51,15 +48,10 @@ class _Recurrent(TorchOp):
             initial_h = None if initial_h is None else initial_h.transpose(0, 1)
             initial_c = None if initial_c is None else initial_c.transpose(0, 1)
         seq, batch, features = x.shape
-        hidden = r.shape[-1]
         dirs, gates = self.num_directions, self.gates
-        if self.hidden_size is not None and self.hidden_size != hidden:
-            raise ShapeError(f"{self.op_name}: hidden_size={self.hidden_size} disagrees with R of shape "
-                             f"{tuple(r.shape)}")
-        if tuple(w.shape) != (dirs, gates * hidden, features) or tuple(r.shape) != (dirs, gates * hidden, hidden):
-            raise ShapeError(f"{self.op_name}: with direction={self.direction} and X {tuple(x.shape)} expected W "
-                             f"{(dirs, gates * hidden, features)} and R {(dirs, gates * hidden, hidden)}; got W "
-                             f"{tuple(w.shape)}, R {tuple(r.shape)}")
+        hidden = check_hidden_size(self.op_name, self.hidden_size, tuple(r.shape))
+        check_recurrent_weights(self.op_name, direction=self.direction, dirs=dirs, gates=gates, hidden=hidden,
+                                x_shape=tuple(x.shape), w_shape=tuple(w.shape), r_shape=tuple(r.shape))
         zeros = x.new_zeros((dirs, batch, hidden))
         h0 = zeros if initial_h is None else initial_h
         c0 = zeros if initial_c is None else initial_c
@@ -110,59 +102,33 @@ class _Recurrent(TorchOp):
 
 @register("LSTM")
 class LSTM(_Recurrent):
-    op_name, gates, has_cell_state = "LSTM", 4, True
-    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["LSTM"]
-
-    def __init__(self, **attributes) -> None:
-        super().__init__(**attributes)
-        if self.input_forget:
-            raise UnsupportedOperatorError("LSTM: input_forget=1 (coupled input and forget gates) is not supported; "
-                                           "use input_forget=0")
+    op_name = "LSTM"
 
     def _step(self, acts, xw, h, c, r, rb, p, n):
         pre = xw + h @ r.t()
         if rb is not None:
             pre = pre + rb
-        a_i, a_o, a_f, a_c = pre[:, :n], pre[:, n:2 * n], pre[:, 2 * n:3 * n], pre[:, 3 * n:]
-        if p is not None:
-            a_i, a_f = a_i + p[:n] * c, a_f + p[2 * n:] * c
-        i, f = self._act(acts, a_i), self._act(acts, a_f)
-        c_new = f * c + i * self._act(acts + 1, a_c)
-        if p is not None:
-            a_o = a_o + p[n:2 * n] * c_new
-        o = self._act(acts, a_o)
         fn, alpha, beta = self.activations[acts + 2]  # h(): the reference applies no clip to the cell output
-        return o * fn(c_new, alpha, beta), c_new
+        return lstm_cell(pre, c, p, n, lambda a: self._act(acts, a), lambda a: self._act(acts + 1, a),
+                         lambda a: fn(a, alpha, beta))
 
 
 @register("GRU")
 class GRU(_Recurrent):
-    op_name, gates = "GRU", 3
-    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["GRU"]
+    op_name = "GRU"
 
     def _step(self, acts, xw, h, c, r, rb, p, n):
-        rzr = h @ r[:2 * n].t()
-        if rb is not None:
-            rzr = rzr + rb[:2 * n]
-        z = self._act(acts, xw[:, :n] + rzr[:, :n])
-        reset = self._act(acts, xw[:, n:2 * n] + rzr[:, n:])
-        if self.linear_before_reset:
-            rh = h @ r[2 * n:].t()
-            if rb is not None:
-                rh = rh + rb[2 * n:]
-            candidate = self._act(acts + 1, xw[:, 2 * n:] + reset * rh)
-        else:
-            inner = (reset * h) @ r[2 * n:].t()
-            if rb is not None:
-                inner = inner + rb[2 * n:]
-            candidate = self._act(acts + 1, xw[:, 2 * n:] + inner)
-        return (1.0 - z) * candidate + z * h, None
+        def dense(v, start, stop):
+            out = v @ r[start:stop].t()
+            return out if rb is None else out + rb[start:stop]
+
+        return gru_cell(xw, h, n, dense, lambda a: self._act(acts, a), lambda a: self._act(acts + 1, a),
+                        self.linear_before_reset), None
 
 
 @register("RNN")
 class RNN(_Recurrent):
-    op_name, gates = "RNN", 1
-    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["RNN"]
+    op_name = "RNN"
 
     def _step(self, acts, xw, h, c, r, rb, p, n):
         pre = xw + h @ r.t()

@@ -5,16 +5,14 @@ unchanged). Reducing an empty set gives the reduction's identity (-inf/+inf for 
 extremes for integers, False/True for bools)."""
 from __future__ import annotations
 
-import math
-
 import torch
 
-from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints
 from d5.frameworks.pytorch.operators.elementwise import SIGNED_OF, as_signed, from_order_key, order_key
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import normalize_axis
+from d5.ops.window_checks import empty_extremum, kept_shape, reduced_shape, scan_axis
 
 
 class _Reduction(TorchOp):
@@ -34,7 +32,7 @@ class _Reduction(TorchOp):
         out = self._reduce(x, axes)  # keepdims shape
         if out.dtype != x.dtype:
             out = out.to(x.dtype)
-        return out if self.keepdims else out.reshape([d for i, d in enumerate(x.shape) if i not in axes])
+        return out if self.keepdims else out.reshape(reduced_shape(x.shape, axes))
 
     def _reduce(self, x, axes):
         raise NotImplementedError
@@ -61,8 +59,8 @@ ReduceMean = _reduction("ReduceMean", lambda x, a: torch.mean(x, dim=a, keepdim=
 def _extremum(op_type: str, reduce, largest: bool) -> type:
     def apply(x, axes):
         if x.numel() == 0 and any(x.shape[a] == 0 for a in axes):  # an empty set: the identity of the reduction
-            shape = [1 if i in axes else d for i, d in enumerate(x.shape)]
-            return torch.full(shape, _empty_extremum(x.dtype, largest), dtype=x.dtype, device=x.device)
+            return torch.full(kept_shape(x.shape, axes), _empty_extremum(x.dtype, largest), dtype=x.dtype,
+                              device=x.device)
         if x.dtype in SIGNED_OF:  # torch has no amax/amin kernel for uint16/32/64: reduce the order keys
             return from_order_key(reduce(order_key(x), dim=axes, keepdim=True), x.dtype)
         return reduce(x, dim=axes, keepdim=True)
@@ -70,12 +68,7 @@ def _extremum(op_type: str, reduce, largest: bool) -> type:
 
 
 def _empty_extremum(dtype: torch.dtype, largest: bool):
-    if dtype.is_floating_point:
-        return -math.inf if largest else math.inf
-    if dtype == torch.bool:
-        return not largest  # max of nothing is False, min of nothing True
-    info = torch.iinfo(dtype)
-    return info.min if largest else info.max
+    return empty_extremum(largest, dtype.is_floating_point, dtype == torch.bool, lambda: torch.iinfo(dtype))
 
 
 ReduceMax = _extremum("ReduceMax", torch.amax, largest=True)
@@ -124,18 +117,6 @@ class ArgMin(_ArgExtremum):
     largest = False
 
 
-def _scan_axis(op_type: str, x: torch.Tensor, axis) -> int:
-    if axis is None:
-        raise ShapeError(f"{op_type}: the axis input (a scalar) is required")
-    if x.dim() < 1:
-        raise ShapeError(f"{op_type}: x must have at least 1 dimension, got shape {tuple(x.shape)}")
-    values = ints(axis)
-    if len(values) != 1:
-        raise ShapeError(f"{op_type}: axis (input 1) must be a single value (a scalar or a 1-element tensor), "
-                         f"got shape {tuple(axis.shape)}")
-    return normalize_axis(op_type, values[0], x.dim())
-
-
 class _Scan(TorchOp):
     """A cumulative ``scan`` along the axis given as the second input, in the input's dtype (torch would
     widen integers to int64); ``exclusive`` shifts by one element starting from ``identity``, ``reverse`` scans
@@ -149,7 +130,7 @@ class _Scan(TorchOp):
         adopt(self, operator_attributes(type(self).__name__, attributes))
 
     def forward(self, x, axis=None):
-        axis = _scan_axis(type(self).__name__, x, axis)
+        axis = scan_axis(type(self).__name__, x.shape, axis, ints)
         if x.dtype in SIGNED_OF:  # uint16/32/64: the same modular sums and products on the signed view
             return self._scan(as_signed(x), axis).view(x.dtype)
         return self._scan(x, axis)

@@ -15,6 +15,8 @@ from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import ints
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import normalize_axis, reshape_target, slice_bounds, split_lengths
+from d5.ops.tensor_checks import (depth_to_space_plan, flatten_axis, pad_widths, reverse_sequence_lengths, shape_range,
+                                  slice_arguments, space_to_depth_plan, tile_shape)
 # ONNX Reshape's target rule (0 copies, -1 inferred, allowzero) is framework-neutral; the reference keeps it.
 
 
@@ -31,10 +33,7 @@ class Flatten(TorchOp):
         adopt(self, operator_attributes("Flatten", attributes))
 
     def forward(self, x):
-        if not -x.dim() <= self.axis <= x.dim():
-            raise ShapeError(f"Flatten: axis {self.axis} is out of range for a {x.dim()}-D input of shape "
-                             f"{tuple(x.shape)}; use an axis in [{-x.dim()}, {x.dim()}]")
-        axis = self.axis % x.dim() if self.axis < 0 else self.axis
+        axis = flatten_axis(self.axis, tuple(x.shape))
         return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
@@ -98,10 +97,7 @@ class Slice(TorchOp):
         adopt(self, operator_attributes("Slice", attributes))
 
     def forward(self, x, starts=None, ends=None, axes=None, steps=None):
-        if starts is not None:
-            starts, ends, axes, steps = ints(starts), ints(ends), ints(axes), ints(steps)
-        else:
-            starts, ends, axes = self.starts, self.ends, self.axes
+        starts, ends, axes, steps = slice_arguments(self, starts, ends, axes, steps, lambda value, what: ints(value))
         if starts is None or ends is None:
             raise ShapeError("Slice: starts and ends are required (inputs 1 and 2, or attributes before opset 10)")
         for axis, start, end, step in slice_bounds("Slice", tuple(x.shape), starts, ends, axes, steps):
@@ -127,15 +123,7 @@ class Pad(TorchOp):
         adopt(self, operator_attributes("Pad", attributes))
 
     def forward(self, x, pads=None, constant_value=None, axes=None):
-        pads = self.pads if pads is None else ints(pads)
-        if pads is None:
-            raise ShapeError("Pad: no pads given; pass them as the second input (opset 11+) or the attribute")
-        axes = list(range(x.dim())) if axes is None else [normalize_axis("Pad", a, x.dim()) for a in ints(axes)]
-        if len(pads) != 2 * len(axes):
-            raise ShapeError(f"Pad: {len(pads)} pads for {len(axes)} axes; give a begin and an end per axis")
-        widths = [(0, 0)] * x.dim()
-        for k, axis in enumerate(axes):
-            widths[axis] = (pads[k], pads[k + len(axes)])
+        widths = pad_widths(x.dim(), self.pads if pads is None else ints(pads), ints(axes), distinct_axes=False)
         if self.mode == "constant":
             flat = [p for pair in reversed(widths) for p in pair]
             if constant_value is None or constant_value.numel() == 0:
@@ -208,9 +196,7 @@ class Expand(TorchOp):
 class Tile(TorchOp):
     def forward(self, x, repeats, axis=None):
         repeats = ints(repeats)
-        if len(repeats) != x.dim() or any(r < 0 for r in repeats):
-            raise ShapeError(f"Tile: repeats {repeats} must hold one non-negative count per axis of the "
-                             f"{x.dim()}-D input")
+        tile_shape(tuple(x.shape), repeats)  # the ShapeError for repeats that do not fit
         return x.repeat(*repeats) if repeats else x.clone()
 
 
@@ -221,9 +207,7 @@ class Shape(TorchOp):
         adopt(self, operator_attributes("Shape", attributes))
 
     def forward(self, x):
-        ndim = x.dim()
-        start = min(max(self.start + ndim if self.start < 0 else self.start, 0), ndim)
-        end = ndim if self.end is None else min(max(self.end + ndim if self.end < 0 else self.end, 0), ndim)
+        start, end = shape_range(self.start, self.end, x.dim())
         return torch.tensor(list(x.shape)[start:end], dtype=torch.int64, device=x.device)
 
 
@@ -231,11 +215,6 @@ class Shape(TorchOp):
 class Size(TorchOp):
     def forward(self, x):
         return torch.tensor(x.numel(), dtype=torch.int64, device=x.device)
-
-
-def _rank4(op_type: str, x: torch.Tensor) -> None:
-    if x.dim() != 4:
-        raise ShapeError(f"{op_type}: input must be a 4-D tensor, got shape {tuple(x.shape)}")
 
 
 @register("SpaceToDepth")
@@ -246,17 +225,10 @@ class SpaceToDepth(TorchOp):
     def __init__(self, **attributes) -> None:
         super().__init__()
         adopt(self, operator_attributes("SpaceToDepth", attributes))
-        # Axes of the (n, c, h/b, b, w/b, b) view in output order.
-        self.perm = (0, 3, 5, 1, 2, 4) if self.mode == "DCR" else (0, 1, 3, 5, 2, 4)
 
     def forward(self, x):
-        _rank4("SpaceToDepth", x)
-        n, c, h, w = x.shape
-        b = self.blocksize
-        if h % b or w % b:
-            raise ShapeError(f"SpaceToDepth: spatial size {h}x{w} is not divisible by blocksize {b}")
-        blocks = x.reshape(n, c, h // b, b, w // b, b).permute(self.perm)
-        return blocks.reshape(n, c * b * b, h // b, w // b)
+        plan = space_to_depth_plan(tuple(x.shape), self.blocksize, self.mode)
+        return x.reshape(plan.split).permute(plan.perm).reshape(plan.shape)
 
 
 @register("DepthToSpace")
@@ -269,16 +241,8 @@ class DepthToSpace(TorchOp):
         adopt(self, operator_attributes("DepthToSpace", attributes))
 
     def forward(self, x):
-        _rank4("DepthToSpace", x)
-        n, c, h, w = x.shape
-        b = self.blocksize
-        if c % (b * b):
-            raise ShapeError(f"DepthToSpace: {c} channels are not divisible by blocksize^2 = {b * b}")
-        if self.mode == "DCR":
-            blocks = x.reshape(n, b, b, c // (b * b), h, w).permute(0, 3, 4, 1, 5, 2)
-        else:
-            blocks = x.reshape(n, c // (b * b), b, b, h, w).permute(0, 1, 4, 2, 5, 3)
-        return blocks.reshape(n, c // (b * b), h * b, w * b)
+        plan = depth_to_space_plan(tuple(x.shape), self.blocksize, self.mode)
+        return x.reshape(plan.split).permute(plan.perm).reshape(plan.shape)
 
 
 @register("ReverseSequence")
@@ -291,12 +255,9 @@ class ReverseSequence(TorchOp):
         adopt(self, operator_attributes("ReverseSequence", attributes))
 
     def forward(self, x, lengths):
-        if x.dim() < 2:
-            raise ShapeError(f"ReverseSequence: input must have at least 2 dimensions, got shape {tuple(x.shape)}")
-        batch, steps = x.shape[self.batch_axis], x.shape[self.time_axis]
-        if tuple(lengths.shape) != (batch,) or lengths.is_floating_point() or lengths.dtype == torch.bool:
-            raise ShapeError(f"ReverseSequence: sequence_lens must be an integer tensor of shape ({batch},) (one "
-                             f"length per batch entry), got {lengths.dtype} of shape {tuple(lengths.shape)}")
+        integer = not (lengths.is_floating_point() or lengths.dtype == torch.bool)
+        batch, steps = reverse_sequence_lengths(tuple(x.shape), self.batch_axis, self.time_axis, tuple(lengths.shape),
+                                                integer, lengths.dtype)
         lengths = lengths.to(torch.int64)
         if batch and bool(((lengths < 0) | (lengths > steps)).any()):
             raise ShapeError(f"ReverseSequence: sequence_lens must lie in [0, {steps}] (the time axis' length), got "

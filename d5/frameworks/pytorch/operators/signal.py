@@ -11,11 +11,12 @@ import math
 
 import torch
 
-from d5.errors import ShapeError
 from d5.frameworks.pytorch.operators import TorchOp, register
 from d5.frameworks.pytorch.operators._helpers import scalar, torch_dtype
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import COSINE_WINDOW_COEFFICIENTS, mel_weight_matrix
+from d5.ops.sequence_plans import (MEL_INPUT_NAMES, check_dft_input, check_mel_inputs, check_stft_signal,
+                                   cosine_window_size, dft_axis, dft_points, single_value_present, stft_frames)
 
 
 def _complex_signal(x: torch.Tensor) -> torch.Tensor:
@@ -33,11 +34,8 @@ def _real_pairs(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _optional_scalar(op_name: str, value: torch.Tensor | None, what: str):
     """An optional one-value input as a Python number (None when absent or empty)."""
-    if value is None or value.numel() == 0:
+    if value is None or not single_value_present(op_name, what, value.numel(), tuple(value.shape)):
         return None
-    if value.numel() != 1:
-        raise ShapeError(f"{op_name}: {what} must be a single value (a scalar or a 1-element tensor), got shape "
-                         f"{tuple(value.shape)}")
     return scalar(value, lambda number: number)
 
 
@@ -52,21 +50,10 @@ class DFT(TorchOp):
         adopt(self, operator_attributes("DFT", attributes))
 
     def forward(self, x, dft_length=None, axis=None):
-        if x.dim() < 2 or x.shape[-1] not in (1, 2):
-            raise ShapeError(f"DFT: input must be [..., 1] (real) or [..., 2] (complex), got shape {tuple(x.shape)}")
-        given = _optional_scalar("DFT", axis, "axis (input 2)")
-        axis = int(given) if given is not None else (-2 if self.axis is None else int(self.axis))
-        if not -x.dim() <= axis <= x.dim() - 2 or axis == -1:
-            raise ShapeError(f"DFT: axis {axis} must be a signal axis of the rank-{x.dim()} input: "
-                             f"[{-x.dim()}, -2] or [0, {x.dim() - 2}]")
-        axis %= x.dim()
-        length = _optional_scalar("DFT", dft_length, "dft_length (input 1)")
-        if length is not None:
-            n = int(length)
-        else:
-            n = 2 * (x.shape[axis] - 1) if self.inverse and self.onesided else x.shape[axis]
-        if n < 1:
-            raise ShapeError(f"DFT: dft_length must be >= 1, got {n}")
+        check_dft_input(tuple(x.shape))
+        axis = dft_axis(_optional_scalar("DFT", axis, "axis (input 2)"), self.axis, x.dim())
+        n = dft_points(_optional_scalar("DFT", dft_length, "dft_length (input 1)"), x.shape[axis],
+                       inverse=self.inverse, onesided=self.onesided)
         signal = _complex_signal(x)
         if self.inverse and self.onesided:
             return torch.fft.irfft(signal, n=n, dim=axis).unsqueeze(-1).to(x.dtype)
@@ -87,23 +74,13 @@ class STFT(TorchOp):
         adopt(self, operator_attributes("STFT", attributes))
 
     def forward(self, signal, frame_step, window=None, frame_length=None):
-        if signal.dim() != 3 or signal.shape[-1] not in (1, 2):
-            raise ShapeError(f"STFT: signal must be [batch, length, 1] (real) or [batch, length, 2] (complex), got "
-                             f"shape {tuple(signal.shape)}")
+        check_stft_signal(tuple(signal.shape))
         step = _optional_scalar("STFT", frame_step, "input 'frame_step'")
         frame = _optional_scalar("STFT", frame_length, "input 'frame_length'")
         if window is not None and window.numel() == 0:
             window = None
-        if window is not None and (window.dim() != 1 or (frame is not None and window.numel() != frame)):
-            raise ShapeError(f"STFT: window must be 1-D with frame_length ({frame}) values, got shape "
-                             f"{tuple(window.shape)}")
-        if frame is None:
-            frame = signal.shape[1] if window is None else window.numel()
-        frame = int(frame)
-        if step is None or int(step) < 1 or not 1 <= frame <= signal.shape[1]:
-            raise ShapeError(f"STFT: frame_step must be >= 1 and frame_length in [1, {signal.shape[1]}] (the signal "
-                             f"length), got frame_step {step} and frame_length {frame}")
-        frames = _complex_signal(signal).unfold(1, frame, int(step))  # (batch, frames, frame_length)
+        frame, step = stft_frames(signal.shape[1], step, frame, None if window is None else tuple(window.shape))
+        frames = _complex_signal(signal).unfold(1, frame, step)  # (batch, frames, frame_length)
         if window is not None:
             frames = frames * window.to(frames.real.dtype)
         spectrum = torch.fft.fft(frames, dim=-1)
@@ -124,11 +101,7 @@ class _CosineSumWindow(TorchOp):
 
     def forward(self, size):
         name = type(self).__name__
-        count = _optional_scalar(name, size, "input 'size'")
-        if count is None or int(count) != count or count < 0:
-            raise ShapeError(f"{name}: size must be a non-negative integer scalar, got {count}")
-        count = int(count)
-        period = count if self.periodic else count - 1
+        count, period = cosine_window_size(name, _optional_scalar(name, size, "input 'size'"), self.periodic)
         if period == 0:
             return torch.ones(count, dtype=self.dtype, device=size.device)
         phase = torch.arange(count, dtype=torch.float64, device=size.device) * (2.0 * math.pi / period)
@@ -156,16 +129,13 @@ class MelWeightMatrix(TorchOp):
     """Triangular mel filter bank ``[dft_length // 2 + 1, num_mel_bins]`` as ``output_datatype`` (its scalar
     inputs fix it entirely: :func:`d5.ops.onnx_semantics.mel_weight_matrix`)."""
 
-    _NAMES = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
-
     def __init__(self, **attributes) -> None:
         super().__init__()
         self.dtype = torch_dtype(operator_attributes("MelWeightMatrix", attributes).output_datatype)
 
     def forward(self, *inputs):
-        if len(inputs) != 5:
-            raise ShapeError(f"MelWeightMatrix: expected the 5 inputs {', '.join(self._NAMES)}, got {len(inputs)}")
+        check_mel_inputs(len(inputs))
         values = [_optional_scalar("MelWeightMatrix", value, f"input {name!r}")
-                  for value, name in zip(inputs, self._NAMES)]
+                  for value, name in zip(inputs, MEL_INPUT_NAMES)]
         matrix = mel_weight_matrix(*values)
         return torch.from_numpy(matrix).to(inputs[0].device, self.dtype)

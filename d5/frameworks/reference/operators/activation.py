@@ -27,6 +27,8 @@ from d5.frameworks.reference.operators.elementwise import (UnaryOp, as_dtype_of,
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import normalize_axis, optional_input
 from d5.ops.operator import Gradient
+from d5.ops.window_checks import (CoercedTo2D, check_dropout_ratio, check_float_input, check_swiglu_inputs,
+                                  per_channel_slope)
 
 
 def require_float(op_name: str, x) -> np.ndarray:
@@ -40,10 +42,8 @@ def require_float(op_name: str, x) -> np.ndarray:
     d5.errors.ShapeError: Softmax takes a floating-point tensor (float16, float32, float64 or bfloat16), got int64; Cast it first
     """
     dtype = getattr(x, "dtype", None)
-    if dtype is None or not (dtype.kind == "f" or dtype.name == "bfloat16"):
-        found = dtype if dtype is not None else type(x).__name__
-        raise ShapeError(f"{op_name} takes a floating-point tensor (float16, float32, float64 or bfloat16), got "
-                         f"{found}; Cast it first")
+    check_float_input(op_name, dtype is not None and (dtype.kind == "f" or dtype.name == "bfloat16"),
+                      dtype if dtype is not None else type(x).__name__)
     return x
 
 
@@ -268,8 +268,7 @@ class Dropout(ReferenceOp):
     def _ratio_and_active(self, inputs) -> tuple[float, bool]:
         ratio, training_mode = optional_input(inputs, 1), optional_input(inputs, 2)
         ratio = self.ratio if ratio is None else scalar_input("Dropout", ratio, "input 'ratio'", float)
-        if not 0.0 <= ratio <= 1.0:
-            raise ShapeError(f"Dropout: ratio must be in [0, 1], got {ratio}; pass the drop probability")
+        check_dropout_ratio(ratio)
         training_mode = training_mode is not None and scalar_input("Dropout", training_mode, "input 'training_mode'", bool)
         return ratio, (self.training or training_mode) and ratio > 0.0
 
@@ -387,9 +386,7 @@ def _channel_slope(x: np.ndarray, slope: np.ndarray) -> np.ndarray:
     """``slope`` as it applies to ``x``: unchanged when numpy broadcasting works, else a per-channel (C,)
     slope reshaped to (C, 1, ..., 1)."""
     x, slope = np.asarray(x), np.asarray(slope)
-    per_channel = (slope.ndim == 1 and x.ndim > 2 and x.shape[1] == slope.shape[0] != 1
-                   and x.shape[-1] != slope.shape[0])
-    return slope.reshape(-1, *(1,) * (x.ndim - 2)) if per_channel else slope
+    return slope.reshape(-1, *(1,) * (x.ndim - 2)) if per_channel_slope(x.shape, slope.shape) else slope
 
 
 @register("Celu")
@@ -525,9 +522,7 @@ class SwiGLU(ReferenceOp):
         if len(inputs) != 2 or inputs[0] is None or inputs[1] is None:
             raise ShapeError(f"SwiGLU: expected inputs (A, B), got {len(inputs)}")
         a, b = np.asarray(inputs[0]), np.asarray(inputs[1])
-        if a.shape != b.shape:
-            raise ShapeError(f"SwiGLU: A and B must have the same shape (no broadcasting), got {a.shape} and "
-                             f"{b.shape}; split the projection evenly or Expand first")
+        check_swiglu_inputs(a.shape, b.shape)
         dtype = float_compute_dtype(a, b)
         return a, b, a.astype(dtype, copy=False), b.astype(dtype, copy=False)
 
@@ -567,7 +562,7 @@ class Hardmax(ReferenceOp):
 
 
 # ------------------------------------------------------------------ opsets 1-12 (versions by opset)
-class _CoercedTo2D:
+class _CoercedTo2D(CoercedTo2D):
     """Mixin for the opset 1-12 versions of Softmax, LogSoftmax and Hardmax. Before opset 13 they coerce the
     input to 2-D at ``axis`` (default 1), ``[prod(shape[:axis]), prod(shape[axis:])]``, and normalize each row;
     from 13 on they work along the one axis ``axis`` (default -1). So the old version is the newest one (the
@@ -578,14 +573,9 @@ class _CoercedTo2D:
     (2.0, 4.0)
     """
 
-    def __init__(self, **attributes) -> None:
-        super().__init__(axis=-1)
-        self.coerce_axis = operator_attributes(self.op_name, attributes, opset=12).axis
-
     def _as_2d(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x)
-        axis = normalize_axis(type(self).__name__, self.coerce_axis, x.ndim)
-        return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+        return x.reshape(self.coerced_shape(x.shape))
 
     def forward(self, inputs):
         x = np.asarray(inputs[0])

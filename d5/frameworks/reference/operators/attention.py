@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import float_compute_dtype, require_broadcastable
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.operator import Gradient
-
-
-# qk_matmul_output_mode values: what the fourth output holds.
-_QK_RAW, _QK_SOFTCAPPED, _QK_WITH_BIAS, _QK_SOFTMAX = 0, 1, 2, 3
+from d5.ops.sequence_plans import (check_attention_inputs, check_attention_ranks, check_attn_mask, check_head_groups,
+                                   check_nonpad_kv_seqlen, check_rotary_caches, check_rotary_inputs,
+                                   check_rotary_position_ids, check_rotary_position_range, past_kv_length,
+                                   qk_matmul_output, rotary_dim, rotary_heads, split_heads_shape, uses_window,
+                                   wide_softmax, window_conditions)
 
 
 def _compute_dtype(array: np.ndarray) -> np.dtype:
@@ -39,32 +39,22 @@ def _compute_dtype(array: np.ndarray) -> np.dtype:
 
 def _split_heads(x: np.ndarray, num_heads: int | None, name: str) -> np.ndarray:
     """(batch, seq, heads * size) -> (batch, heads, seq, size)."""
-    if not num_heads:
-        raise ShapeError(f"Attention: 3-D inputs need the q_num_heads and kv_num_heads attributes (to split "
-                         f"the hidden size of {name} into heads)")
-    batch, seq, hidden = x.shape
-    if hidden % num_heads:
-        raise ShapeError(f"Attention: the hidden size {hidden} of {name} is not divisible by {num_heads} heads")
-    return x.reshape(batch, seq, num_heads, hidden // num_heads).transpose(0, 2, 1, 3)
+    return x.reshape(split_heads_shape(x.shape, num_heads, name)).transpose(0, 2, 1, 3)
 
 
 def _allowed_window(q_len: int, kv_len: int, offset, causal: bool, left: int, right: int) -> np.ndarray | None:
     """Boolean (q, kv) -- or (batch, 1, q, kv) for a per-batch offset -- of keys each query may attend under
     causal and sliding-window masking, or None when neither applies. Query i sits at absolute position
     ``i + offset`` (bottom-right alignment: offset = keys that precede the query block)."""
-    if not causal and left < 0 and right < 0:
+    if not uses_window(causal, left, right):
         return None
     rows = np.arange(q_len).reshape(q_len, 1)
     cols = np.arange(kv_len).reshape(1, kv_len)
     offset = np.asarray(offset).reshape(-1, 1, 1, 1) if np.ndim(offset) else int(offset)
     distance = rows + offset - cols  # how far key j lies behind query i
     allowed = np.ones(np.shape(distance), dtype=bool)
-    if causal:
-        allowed &= distance >= 0
-    if left >= 0:
-        allowed &= distance <= left
-    if right >= 0:
-        allowed &= -distance <= right
+    for condition in window_conditions(distance, causal, left, right):
+        allowed &= condition
     return allowed
 
 
@@ -97,42 +87,26 @@ class Attention(ReferenceOp):
 
     def forward(self, inputs):
         q, k, v, mask, past_key, past_value, nonpad = (list(inputs) + [None] * 7)[:7]
-        if q is None or k is None or v is None:
-            raise ShapeError("Attention: inputs Q, K and V are required")
-        if (past_key is None) != (past_value is None):
-            raise ShapeError("Attention: past_key and past_value must be given together (or neither)")
-        if nonpad is not None and past_key is not None:
-            raise ShapeError("Attention: nonpad_kv_seqlen (external KV cache) cannot be combined with past_key/"
-                             "past_value (internal cache); use one of the two")
+        check_attention_inputs(q, k, v, past_key, past_value, nonpad)
         q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
         out_dtype = q.dtype
         dtype = _compute_dtype(q)
-        if self.softmax_precision is not None and int(self.softmax_precision) == 11:
+        if wide_softmax(self.softmax_precision):
             dtype = np.dtype(np.float64)
-        three_d = q.ndim == 3
-        if not (q.ndim == k.ndim == v.ndim and q.ndim in (3, 4)):
-            raise ShapeError(f"Attention: Q, K and V must all be 3-D or all 4-D, got shapes {q.shape}, {k.shape}, "
-                             f"{v.shape}")
+        three_d = check_attention_ranks(q.shape, k.shape, v.shape) == 3
         if three_d:
             q = _split_heads(q, self.q_num_heads, "Q")
             k = _split_heads(k, self.kv_num_heads, "K")
             v = _split_heads(v, self.kv_num_heads, "V")
         if past_key is not None:
             past_key, past_value = np.asarray(past_key), np.asarray(past_value)
-            if past_key.ndim != 4 or past_value.ndim != 4 or past_key.shape[:2] != k.shape[:2] \
-                    or past_value.shape[:2] != v.shape[:2] or past_key.shape[3] != k.shape[3] \
-                    or past_value.shape[3] != v.shape[3] or past_key.shape[2] != past_value.shape[2]:
-                raise ShapeError(f"Attention: past_key and past_value must be 4-D (batch, kv_heads, past_len, "
-                                 f"head_size) matching K {k.shape} and V {v.shape}, got {past_key.shape} and "
-                                 f"{past_value.shape}")
+            past_kv_length(past_key.shape, past_value.shape, k.shape, v.shape)
             k = np.concatenate([np.asarray(past_key).astype(k.dtype, copy=False), k], axis=2)
             v = np.concatenate([np.asarray(past_value).astype(v.dtype, copy=False), v], axis=2)
         present_key, present_value = k, v
         q_heads, kv_heads = q.shape[1], k.shape[1]
+        check_head_groups(q_heads, kv_heads, v.shape[1])
         if q_heads != kv_heads:
-            if kv_heads == 0 or q_heads % kv_heads or v.shape[1] != kv_heads:
-                raise ShapeError(f"Attention: {q_heads} query heads cannot be grouped over {kv_heads} key and "
-                                 f"{v.shape[1]} value heads (q_num_heads must be a multiple of kv_num_heads)")
             # Grouped-query attention: query head h uses key/value head h // group.
             k = np.repeat(k, q_heads // kv_heads, axis=1)
             v = np.repeat(v, q_heads // kv_heads, axis=1)
@@ -153,29 +127,22 @@ class Attention(ReferenceOp):
         y = np.matmul(probabilities, v.astype(dtype)).astype(dtype)
         if three_d:
             y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
-        debug = {_QK_RAW: raw_scores, _QK_SOFTCAPPED: scores, _QK_WITH_BIAS: biased,
-                 _QK_SOFTMAX: probabilities}[self.qk_matmul_output_mode]
+        debug = qk_matmul_output(self.qk_matmul_output_mode, raw_scores, scores, biased, probabilities)
         return (y.astype(out_dtype), present_key, present_value, debug.astype(out_dtype))
 
     # -- helpers ----------------------------------------------------------------------------------------
 
     def _bias(self, mask, q_len: int, kv_len: int, past_key, nonpad, batch: int, dtype) -> np.ndarray:
         """Additive bias (0 or -inf, plus a float mask), broadcastable to (batch, heads, q, kv)."""
-        if nonpad is not None and np.size(nonpad) != batch:
-            raise ShapeError(f"Attention: nonpad_kv_seqlen must have one length per batch item ({batch}), got shape "
-                             f"{np.shape(nonpad)}")
+        if nonpad is not None:
+            check_nonpad_kv_seqlen(np.size(nonpad), batch, np.shape(nonpad))
         bias = np.zeros((q_len, kv_len), dtype)
         if mask is not None:
             mask = np.asarray(mask)
-            if not 1 <= mask.ndim <= 4:
-                raise ShapeError(f"Attention: attn_mask must have 1 to 4 dimensions (broadcast to (batch, heads, q_len, "
-                                 f"kv_len)), got shape {mask.shape}")
-            if mask.shape[-1] > kv_len:
-                raise ShapeError(f"Attention: attn_mask covers {mask.shape[-1]} keys but there are only {kv_len}")
+            usable = mask.dtype == np.bool_ or np.issubdtype(mask.dtype, np.floating) or mask.dtype.kind == "V"
+            check_attn_mask(mask.shape, kv_len, dtype_ok=usable, dtype_name=str(mask.dtype))
             if mask.dtype == np.bool_:
                 mask = np.where(mask, dtype.type(0), dtype.type(-np.inf))
-            elif not np.issubdtype(mask.dtype, np.floating) and mask.dtype.kind != "V":
-                raise ShapeError(f"Attention: attn_mask must be bool or float, got {mask.dtype}")
             mask = mask.astype(dtype)
             if mask.shape[-1] < kv_len:
                 # A mask shorter than the keys (external cache) leaves the keys past its end out of attention.
@@ -194,9 +161,7 @@ class Attention(ReferenceOp):
             bias = bias + np.where(allowed, dtype.type(0), dtype.type(-np.inf))
         if nonpad is not None:
             lengths = np.asarray(nonpad).reshape(-1).astype(np.int64)
-            if lengths.shape[0] != batch:
-                raise ShapeError(f"Attention: nonpad_kv_seqlen must have one length per batch item ({batch}), "
-                                 f"got shape {np.shape(nonpad)}")
+            check_nonpad_kv_seqlen(lengths.shape[0], batch, np.shape(nonpad))
             valid = np.arange(kv_len).reshape(1, 1, 1, kv_len) < lengths.reshape(-1, 1, 1, 1)
             bias = bias + np.where(valid, dtype.type(0), dtype.type(-np.inf))
         return bias
@@ -246,43 +211,21 @@ class RotaryEmbedding(ReferenceOp):
         return (dx,) + (None,) * (len(fwd_inputs) - 1)
 
     def _rotate(self, inputs, values, sign: float) -> np.ndarray:
-        if len(inputs) < 3 or any(a is None for a in inputs[:3]):
-            raise ShapeError("RotaryEmbedding: expected inputs (X, cos_cache, sin_cache[, position_ids])")
+        check_rotary_inputs(inputs)
         x = np.asarray(values)
         cos, sin = np.asarray(inputs[1]), np.asarray(inputs[2])
         positions = inputs[3] if len(inputs) > 3 else None
         # Work in (batch, seq, heads, head_size).
-        if x.ndim == 4:
-            heads = x.transpose(0, 2, 1, 3)
-        elif x.ndim == 3:
-            if self.num_heads <= 0 or x.shape[2] % self.num_heads:
-                raise ShapeError(f"RotaryEmbedding: 3-D input {x.shape} needs num_heads dividing its hidden size "
-                                 f"{x.shape[2]}, got num_heads={self.num_heads}")
-            heads = x.reshape(x.shape[0], x.shape[1], self.num_heads, -1)
-        else:
-            raise ShapeError(f"RotaryEmbedding: X must be 3-D or 4-D, got shape {x.shape}")
-        dim = self.rotary_embedding_dim or heads.shape[3]
-        if dim % 2 or dim > heads.shape[3]:
-            raise ShapeError(f"RotaryEmbedding: rotary_embedding_dim={dim} must be even and at most the head "
-                             f"size {heads.shape[3]}")
+        count, size = rotary_heads(x.shape, self.num_heads)
+        heads = x.transpose(0, 2, 1, 3) if x.ndim == 4 else x.reshape(x.shape[0], x.shape[1], count, -1)
+        dim = rotary_dim(self.rotary_embedding_dim, size)
         if positions is not None:
             positions = np.asarray(positions)
-            if cos.ndim != 2 or sin.shape != cos.shape or positions.shape != heads.shape[:2] \
-                    or positions.dtype.kind not in "iu":
-                raise ShapeError(f"RotaryEmbedding: with position_ids, the caches must be 2-D (max_position, "
-                                 f"rotary_dim / 2) and position_ids integers of shape {heads.shape[:2]} (batch, seq); "
-                                 f"got caches {cos.shape} and {sin.shape}, position_ids {positions.dtype} "
-                                 f"{positions.shape}")
-            if positions.size and (positions.min() < 0 or positions.max() >= cos.shape[0]):
-                raise ShapeError(f"RotaryEmbedding: position_ids must lie in [0, {cos.shape[0]}) (the caches' "
-                                 f"max_position), got values in [{positions.min()}, {positions.max()}]")
+            check_rotary_position_ids(cos.shape, sin.shape, positions.shape, heads.shape[:2],
+                                      integer=positions.dtype.kind in "iu", dtype_name=str(positions.dtype))
+            check_rotary_position_range(positions, positions.size, cos.shape[0])
             cos, sin = cos[positions], sin[positions]
-        if cos.ndim != 3 or cos.shape != sin.shape or cos.shape[:2] != heads.shape[:2]:
-            raise ShapeError(f"RotaryEmbedding: cos/sin caches must be (batch, seq, rotary_dim / 2) = "
-                             f"{heads.shape[:2] + (dim // 2,)} without position_ids, got {cos.shape} and {sin.shape}")
-        if cos.shape[-1] != dim // 2 or sin.shape[-1] != dim // 2:
-            raise ShapeError(f"RotaryEmbedding: cos/sin caches must end in rotary_embedding_dim / 2 = {dim // 2}, "
-                             f"got {cos.shape} and {sin.shape}")
+        check_rotary_caches(cos.shape, sin.shape, heads.shape[:2], dim)
         dtype = float_compute_dtype(x, cos)
         cos = cos.astype(dtype)[:, :, None, :]
         sin = sign * sin.astype(dtype)[:, :, None, :]

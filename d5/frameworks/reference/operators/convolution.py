@@ -36,6 +36,7 @@ from d5.frameworks.reference.operators._windows import WindowND, resolve_window,
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import col2im_geometry, conv_transpose_geometry
 from d5.ops.operator import Gradient
+from d5.ops.window_checks import check_conv_inputs, check_conv_transpose_weights, check_kernel_attribute
 
 
 @register("Conv")
@@ -133,21 +134,7 @@ class Conv(ReferenceOp):
             raise ShapeError(f"Conv: expected inputs (X, W) or (X, W, B), got {len(inputs)} inputs")
         x, w = np.asarray(inputs[0]), np.asarray(inputs[1])
         b = None if len(inputs) < 3 or inputs[2] is None else np.asarray(inputs[2])
-        if x.ndim not in (3, 4, 5):
-            raise ShapeError(f"Conv: X must be (N, C, L), (N, C, H, W) or (N, C, D, H, W), got shape {x.shape}")
-        if w.ndim != x.ndim:
-            raise ShapeError(f"Conv: W must have the rank of X ({x.ndim}): (M, C/group, kernel...), got shape "
-                             f"{w.shape} for X of shape {x.shape}")
-        channels, m = x.shape[1], w.shape[0]
-        if channels % self.group or m % self.group or w.shape[1] * self.group != channels:
-            raise ShapeError(f"Conv: with group={self.group}, X of shape {x.shape} needs W of shape (M, "
-                             f"{channels / self.group:g}, kernel...) with C={channels} and M both divisible by "
-                             f"{self.group}; got W of shape {w.shape}")
-        if self.kernel_shape is not None and tuple(w.shape[2:]) != self.kernel_shape:
-            raise ShapeError(f"Conv: attribute kernel_shape={list(self.kernel_shape)} disagrees with W of shape "
-                             f"{w.shape}; fix the attribute or the weights")
-        if b is not None and b.shape != (m,):
-            raise ShapeError(f"Conv: B must have shape ({m},) (one bias per output channel), got {b.shape}")
+        check_conv_inputs(x.shape, w.shape, self.group, self.kernel_shape, None if b is None else b.shape)
         dtype = compute_dtype("Conv", *(a for a in (x, w, b) if a is not None))
         # SAME_* never pads Conv by a negative amount (onnx.reference's Conv clamps the total to 0, and so
         # does onnxruntime wherever the two agree; see window_geometry), so nothing is ever cropped here.
@@ -230,9 +217,7 @@ class ConvTranspose(ReferenceOp):
     # -- geometry ---------------------------------------------------------------------------------------
 
     def _geometry(self, spatial: tuple[int, ...], kernel: tuple[int, ...]) -> dict:
-        if self.kernel_shape is not None and self.kernel_shape != kernel:
-            raise ShapeError(f"ConvTranspose: attribute kernel_shape={list(self.kernel_shape)} disagrees with W's "
-                             f"kernel {list(kernel)}; fix the attribute or the weights")
+        check_kernel_attribute("ConvTranspose", self.kernel_shape, kernel)
         geometry = conv_transpose_geometry(spatial, kernel, strides=self.strides, dilations=self.dilations,
                                            output_padding=self.output_padding, pads=self.pads,
                                            output_shape=self.output_shape, auto_pad=self.auto_pad)
@@ -252,12 +237,7 @@ class ConvTranspose(ReferenceOp):
             raise UnsupportedOperatorError(
                 f"ConvTranspose: the reference framework implements 1-D, 2-D and 3-D transposed convolutions (3-D to "
                 f"5-D X), got X of shape {x.shape}; run this model on another framework (e.g. PyTorch)")
-        if w.ndim != x.ndim or w.shape[0] != x.shape[1] or x.shape[1] % self.group:
-            raise ShapeError(f"ConvTranspose: W must be (C, M/group, kernel...) with C = X's channels ({x.shape[1]}, "
-                             f"divisible by group={self.group}); got W {w.shape} for X {x.shape}")
-        m = w.shape[1] * self.group
-        if b is not None and b.shape != (m,):
-            raise ShapeError(f"ConvTranspose: B must have shape ({m},) (one bias per output channel), got {b.shape}")
+        check_conv_transpose_weights(x.shape, w.shape, self.group, None if b is None else b.shape)
         dtype = compute_dtype("ConvTranspose", *(a for a in (x, w, b) if a is not None))
         geo = self._geometry(tuple(x.shape[2:]), tuple(w.shape[2:]))
         if geo["rank"] == 1:

@@ -19,7 +19,6 @@ array([[1., 1., 2., 2.],
 from __future__ import annotations
 
 import itertools
-import math
 from typing import Any, Callable
 
 import numpy as np
@@ -28,8 +27,11 @@ from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import optional_array, require_rank, scalar_input
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import grid_sample_taps, normalized_grid_positions, resize_plan, resize_taps
+from d5.ops.onnx_semantics import grid_sample_taps, resize_plan
 from d5.ops.operator import Gradient
+from d5.ops.sequence_plans import (affine_grid_base, center_crop_pad_plan, check_affine_grid, check_iou_threshold,
+                                   check_nms_dtypes, check_nms_shapes, check_roi_align_rois, check_roi_align_x,
+                                   check_roi_batch_indices, resize_axis_taps, resize_coordinate_mode, roi_align_region)
 
 
 def _cast_like(values: np.ndarray, like: np.ndarray) -> np.ndarray:
@@ -73,11 +75,8 @@ class Resize(ReferenceOp):
 
     def _matrix(self, in_len: int, out_len: int, scale: float, window, opset10: bool):
         """The interpolation matrix of one axis and the mask of output positions set to extrapolation_value."""
-        index, weights, outside = resize_taps(
-            "Resize", in_len=in_len, out_len=out_len, scale=scale, window=window, mode=self.mode,
-            coordinate_mode="asymmetric" if opset10 else self.coordinate_mode, nearest_mode=self.nearest_mode,
-            cubic_a=self.cubic_a, exclude_outside=self.exclude_outside, antialias=self.antialias,
-            legacy=self.legacy_modes)
+        index, weights, outside = resize_axis_taps(self, in_len, out_len, scale, window,
+                                                   resize_coordinate_mode(self, opset10))
         matrix = np.zeros((out_len, in_len))
         rows = np.repeat(np.arange(out_len), index.shape[1])
         # Indices past the edges read the edge value (edge padding), so their weight lands on the edge.
@@ -167,15 +166,9 @@ class AffineGrid(ReferenceOp):
         if len(inputs) != 2 or inputs[0] is None or inputs[1] is None:
             raise ShapeError(f"AffineGrid: expected the inputs theta and size, got {len(inputs)} inputs")
         theta, size = np.asarray(inputs[0]), [int(v) for v in np.asarray(inputs[1]).reshape(-1)]
-        ndim = len(size) - 2
-        if ndim not in (2, 3) or theta.shape != (size[0], ndim, ndim + 1) or min(size) < 0:
-            raise ShapeError(f"AffineGrid: size must be (N, C, H, W) or (N, C, D, H, W) with theta of shape (N, 2, 3) "
-                             f"or (N, 3, 4) respectively; got size {size} and theta of shape {theta.shape}")
+        check_affine_grid(size, theta.shape)
         spatial = tuple(size[2:])
-        mesh = np.meshgrid(*(normalized_grid_positions(n, self.align_corners) for n in spatial), indexing="ij")
-        # The last coordinate axis is (x, y[, z]): the spatial axes in reverse order.
-        columns = [axis.reshape(-1) for axis in reversed(mesh)] + [np.ones(mesh[0].size)]
-        return theta, np.stack(columns, axis=1), spatial
+        return theta, affine_grid_base(spatial, self.align_corners), spatial
 
     def forward(self, inputs):
         theta, base, spatial = self._base(inputs)
@@ -203,24 +196,12 @@ class CenterCropPad(ReferenceOp):
         x = require_rank("CenterCropPad", x, "input_data", at_least=1)
         target = [int(v) for v in np.asarray(inputs[1]).reshape(-1)]
         axes = list(range(x.ndim)) if self.axes is None else [a % x.ndim for a in self.axes]
-        if len(target) != len(axes):
-            raise ShapeError(f"CenterCropPad: shape {target} has {len(target)} entries for {len(axes)} axes")
-        if min(target, default=0) < 0:
-            raise ShapeError(f"CenterCropPad: the target shape must not have negative sizes, got {target}")
-        out_shape = list(x.shape)
-        source = [slice(None)] * x.ndim
-        destination = [slice(None)] * x.ndim
-        for axis, size in zip(axes, target):
-            have = x.shape[axis]
-            out_shape[axis] = size
-            if size <= have:
-                start = (have - size) // 2
-                source[axis] = slice(start, start + size)
-            else:
-                start = (size - have) // 2
-                destination[axis] = slice(start, start + have)
+        crops, pads, out_shape = center_crop_pad_plan(x.shape, target, axes)
+        source = tuple(slice(None) if crop is None else slice(*crop) for crop in crops)
+        destination = tuple(slice(None) if pad == (0, 0) else slice(pad[0], pad[0] + have)
+                            for pad, have in zip(pads, x.shape))
         out = np.zeros(out_shape, dtype=x.dtype)
-        out[tuple(destination)] = x[tuple(source)]
+        out[destination] = x[source]
         return out
 
 
@@ -266,24 +247,13 @@ class RoiAlign(ReferenceOp):
 
     def forward(self, inputs):
         x, rois, batch_indices = (np.asarray(v) for v in inputs[:3])
-        if x.ndim != 4:
-            raise ShapeError(f"RoiAlign: X must be 4-D (N, C, H, W), got shape {x.shape}")
-        if rois.ndim != 2 or rois.shape[1] != 4 or batch_indices.shape != (rois.shape[0],):
-            raise ShapeError(f"RoiAlign: rois must be (num_rois, 4) and batch_indices (num_rois,), got {rois.shape} "
-                             f"and {batch_indices.shape}")
+        check_roi_align_x(x.ndim, x.shape)
+        check_roi_align_rois(rois.shape, batch_indices.shape)
         n, channels, height, width = x.shape
-        if batch_indices.size and (batch_indices.min() < 0 or batch_indices.max() >= n):
-            raise ShapeError(f"RoiAlign: batch_indices must lie in [0, {n}), got {batch_indices.tolist()}")
+        check_roi_batch_indices(batch_indices, n)
         out = np.zeros((rois.shape[0], channels, self.output_height, self.output_width), dtype=np.float64)
-        offset = 0.5 if self.half_pixel else 0.0
         for r, (box, image) in enumerate(zip(rois.astype(np.float64), batch_indices.astype(np.int64))):
-            x1, y1, x2, y2 = box * self.spatial_scale - offset
-            roi_w, roi_h = x2 - x1, y2 - y1
-            if not self.half_pixel:
-                roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
-            bin_h, bin_w = roi_h / self.output_height, roi_w / self.output_width
-            grid_h = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_h / self.output_height))
-            grid_w = self.sampling_ratio if self.sampling_ratio > 0 else int(math.ceil(roi_w / self.output_width))
+            x1, y1, bin_h, bin_w, grid_h, grid_w = roi_align_region(box, self)
             if grid_h <= 0 or grid_w <= 0:
                 continue  # no sample points: the bins stay 0, as in onnxruntime
             y_low, y_high, wy_low, wy_high = _sample_axis(y1, bin_h, self.output_height, grid_h, height)
@@ -435,16 +405,11 @@ class NonMaxSuppression(ReferenceOp):
         inputs = list(inputs) + [None] * (5 - len(inputs))
         boxes, scores, max_boxes, iou_threshold, score_threshold = inputs[:5]
         boxes, scores = np.asarray(boxes), np.asarray(scores)
-        if boxes.ndim != 3 or boxes.shape[-1] != 4 or scores.ndim != 3 or scores.shape[::2] != boxes.shape[:2]:
-            raise ShapeError(f"NonMaxSuppression: boxes must be (B, N, 4) and scores (B, C, N), got "
-                             f"{boxes.shape} and {scores.shape}")
-        if boxes.dtype.kind not in "fiu" or scores.dtype.kind not in "fiu":
-            raise ShapeError(f"NonMaxSuppression: boxes and scores must be float tensors, got {boxes.dtype} and "
-                             f"{scores.dtype}")
+        check_nms_shapes(boxes.shape, scores.shape)
+        check_nms_dtypes(boxes.dtype, scores.dtype)
         max_boxes = max(self._scalar(max_boxes, "max_output_boxes_per_class (input 2)", int, 0), 0)
         iou_limit = self._scalar(iou_threshold, "iou_threshold (input 3)", np.float32, np.float32(0))
-        if not 0 <= iou_limit <= 1:
-            raise ShapeError(f"NonMaxSuppression: iou_threshold must be in [0, 1], got {iou_limit}")
+        check_iou_threshold(iou_limit)
         score_limit = self._scalar(score_threshold, "score_threshold (input 4)", np.float32, None)
         corners = self._corners(boxes)
         scores = scores.astype(np.float32, copy=False)

@@ -30,6 +30,11 @@ from d5.frameworks.reference.operators._checks import optional_array, require_ra
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import normalize_axes, normalize_axis, optional_input
 from d5.ops.operator import Gradient
+from d5.ops.tensor_checks import (check_axis_indices, check_gather_elements, check_one_hot_inputs, check_rank,
+                                  check_scatter_elements, check_top_k, check_write_index_count, check_write_positions,
+                                  compress_axis, gather_nd_depth, one_hot_depth, one_hot_mask,
+                                  require_integer_indices, scatter_nd_depth, tensor_scatter_axis, top_k_count,
+                                  unique_axis)
 
 
 _REDUCTIONS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -48,8 +53,7 @@ def _checked_indices(op_name: str, indices: Any, sizes: Sequence[int], axes: Seq
     """``indices`` as int64 with negative values wrapped once; the last axis of ``indices`` runs over ``axes``
     (data axes of sizes ``sizes``) when there are several. Raises ShapeError naming the first bad index."""
     indices = np.asarray(indices)
-    if indices.dtype.kind not in "iu":
-        raise ShapeError(f"{op_name}: indices must be int32 or int64, got {indices.dtype}; Cast them first")
+    require_integer_indices(op_name, indices.dtype.kind in "iu", indices.dtype)
     if indices.dtype.kind == "u" and indices.size and indices.max() > np.iinfo(np.int64).max:
         raise ShapeError(f"{op_name}: index {int(indices.max())} is out of range for any axis; use int64 indices")
     indices = indices.astype(np.int64)
@@ -70,9 +74,7 @@ def _axis_indices(op_name: str, indices: np.ndarray, dim: int) -> np.ndarray:
     indices = np.asarray(indices)
     if not np.issubdtype(indices.dtype, np.integer):
         raise ShapeError(f"{op_name}: indices must be an integer tensor, got {indices.dtype}")
-    if indices.size and (indices.min() < -dim or indices.max() >= dim):
-        raise ShapeError(f"{op_name}: indices must lie in [{-dim}, {dim - 1}] for an axis of length {dim}, got "
-                         f"values in [{indices.min()}, {indices.max()}]")
+    check_axis_indices(op_name, indices, dim)
     return np.where(indices < 0, indices + dim, indices)
 
 
@@ -113,11 +115,7 @@ class GatherElements(ReferenceOp):
     def forward(self, inputs):
         data, indices = inputs[0], np.asarray(inputs[1])
         axis = normalize_axes("GatherElements", [self.axis], data.ndim)[0]
-        if indices.ndim != data.ndim:
-            raise ShapeError(f"GatherElements: indices (shape {indices.shape}) must have the rank of data {data.shape}")
-        if any(n > m for d, (n, m) in enumerate(zip(indices.shape, data.shape)) if d != axis):
-            raise ShapeError(f"GatherElements: indices of shape {indices.shape} are larger than data {data.shape} on an "
-                             f"axis other than axis {axis}; there they may be at most as large as data")
+        check_gather_elements(data.shape, indices.shape, axis)
         # The output has the shape of indices: on the other axes, data is read only where indices reach (numpy
         # would instead broadcast indices of size 1 up to data's size).
         data = data[tuple(slice(None) if d == axis else slice(0, n) for d, n in enumerate(indices.shape))]
@@ -137,15 +135,8 @@ class GatherElements(ReferenceOp):
 def _gather_nd_index(data_shape: tuple, indices: np.ndarray, batch_dims: int) -> tuple:
     """Numpy advanced-index tuple equivalent to ONNX GatherND (``out = data[index]``, already batch-flattened)."""
     batch_shape = data_shape[:batch_dims]
-    if indices.dtype.kind not in "iu":
-        raise ShapeError(f"GatherND: indices must be int64 (or int32), got {indices.dtype}; Cast them first")
-    if not 0 <= batch_dims < min(indices.ndim, len(data_shape)) or indices.shape[:batch_dims] != batch_shape:
-        raise ShapeError(f"GatherND: batch_dims={batch_dims} needs data and indices of higher rank sharing their "
-                         f"first {batch_dims} dimensions; got data {data_shape} and indices {indices.shape}")
-    depth = indices.shape[-1]
-    if depth > len(data_shape) - batch_dims:
-        raise ShapeError(f"GatherND: indices of depth {depth} index more than the {len(data_shape) - batch_dims} "
-                         f"non-batch axes of data of shape {data_shape}")
+    require_integer_indices("GatherND", indices.dtype.kind in "iu", indices.dtype, "int64 (or int32)")
+    depth = gather_nd_depth(data_shape, indices.shape, batch_dims)
     dims = np.asarray(data_shape[batch_dims:batch_dims + depth], dtype=np.int64)
     idx = _checked_indices("GatherND", indices, dims, tuple(range(batch_dims, batch_dims + depth)))
     # Batch coordinates broadcast over the index grid: shape batch + (1,)*(inner index dims).
@@ -216,31 +207,13 @@ class OneHot(ReferenceOp):
         if len(inputs) != 3:
             raise ShapeError(f"OneHot: expected inputs (indices, depth, values), got {len(inputs)} inputs")
         indices, depth, values = (np.asarray(x) for x in inputs)
-        depth = _one_hot_depth(depth, values)
+        # depth one number and values two (inputs given in the wrong order fail here rather than deep in numpy)
+        check_one_hot_inputs(depth.shape, values.shape, depth.dtype.kind in "iuf", depth.dtype)
+        depth = one_hot_depth(depth.reshape(-1)[0])
         if indices.dtype.kind not in "iuf":
             raise ShapeError(f"OneHot: indices (input 0) must be numbers, got dtype {indices.dtype}")
-        indices = indices.astype(np.int64)
-        indices = np.where(indices < 0, indices + depth, indices)  # -depth .. -1 count from the end
         axis = normalize_axis("OneHot", self.axis, indices.ndim + 1)
-        classes = np.arange(depth).reshape((depth,) + (1,) * (indices.ndim - axis))
-        return np.expand_dims(indices, axis) == classes, values  # an index out of range is all off
-
-
-def _one_hot_depth(depth: np.ndarray, values: np.ndarray) -> int:
-    """OneHot's depth as a positive int, after checking that depth is one number and values two (inputs
-    given in the wrong order, (indices, values, depth), fail here rather than deep in numpy)."""
-    swapped = " (are depth and values swapped? The inputs are (indices, depth, values))" \
-        if depth.size == 2 and values.size == 1 else ""
-    if depth.size != 1 or depth.ndim > 1 or depth.dtype.kind not in "iuf":
-        raise ShapeError(f"OneHot: depth (input 1) must be one number (a scalar or a 1-element tensor), got "
-                         f"{depth.dtype} of shape {depth.shape}{swapped}")
-    if values.size != 2 or values.ndim != 1:
-        raise ShapeError(f"OneHot: values (input 2) must be a 1-D tensor of 2 elements, [off_value, on_value], got "
-                         f"shape {values.shape}{swapped}")
-    count = depth.reshape(-1)[0]
-    if not np.isfinite(count) or int(count) < 1:
-        raise ShapeError(f"OneHot: depth must be at least 1 (the number of classes), got {count}")
-    return int(count)
+        return one_hot_mask(indices, depth, axis), values
 
 
 class _Scatter(ReferenceOp):
@@ -326,10 +299,7 @@ class ScatterElements(_Scatter):
     def _index(self, data, indices):
         indices = np.asarray(indices)
         axis = normalize_axis("ScatterElements", self.axis, data.ndim)
-        if indices.ndim != data.ndim or any(i > d for a, (i, d) in enumerate(zip(indices.shape, data.shape))
-                                            if a != axis):
-            raise ShapeError(f"ScatterElements: indices must have the rank of data ({data.ndim}) and, except on "
-                             f"axis {axis}, no larger dimensions; got indices {indices.shape} for data {data.shape}")
+        check_scatter_elements(data.shape, indices.shape, axis)
         grid = list(np.indices(indices.shape, sparse=True))
         grid[axis] = _checked_indices("ScatterElements", indices, data.shape[axis], (axis,))
         return tuple(grid), indices.shape
@@ -347,10 +317,7 @@ class ScatterND(_Scatter):
 
     def _index(self, data, indices):
         indices = np.asarray(indices)
-        depth = indices.shape[-1] if indices.ndim else 0
-        if indices.ndim < 1 or not 1 <= depth <= data.ndim:
-            raise ShapeError(f"ScatterND: indices must have at least one axis, whose last length (here {depth}) is "
-                             f"from 1 to data's rank {data.ndim}; got indices {indices.shape} for data {data.shape}")
+        depth = scatter_nd_depth(data.shape, indices.shape)
         indices = _checked_indices("ScatterND", indices, data.shape[:depth], tuple(range(depth)))
         index = tuple(indices[..., j] for j in range(depth))
         return index, indices.shape[:-1] + data.shape[depth:]
@@ -372,28 +339,17 @@ class TensorScatter(ReferenceOp):
     def _positions(self, inputs) -> tuple[int, list[np.ndarray]]:
         """The (positive) axis and, per batch element, the cache positions that update rows are written to."""
         cache, update = np.asarray(inputs[0]), np.asarray(inputs[1])
-        if cache.ndim < 2:
-            raise ShapeError(f"TensorScatter: past_cache needs a batch and a sequence axis, got shape {cache.shape}")
-        axis = normalize_axis("TensorScatter", self.axis, cache.ndim)
-        if axis == 0:
-            raise ShapeError("TensorScatter: axis cannot be 0 (the batch axis)")
-        if (update.ndim != cache.ndim or update.shape[axis] > cache.shape[axis]
-                or any(u != c for i, (u, c) in enumerate(zip(update.shape, cache.shape)) if i != axis)):
-            raise ShapeError(f"TensorScatter: update shape {update.shape} must equal past_cache shape {cache.shape} "
-                             f"except along axis {axis}, where it may not be longer")
+        axis = tensor_scatter_axis(cache.shape, update.shape, self.axis)
         batch, length, steps = cache.shape[0], cache.shape[axis], update.shape[axis]
         indices = optional_array(inputs, 2)
         indices = np.zeros(batch, np.int64) if indices is None else indices.astype(np.int64).reshape(-1)
-        if indices.shape != (batch,):
-            raise ShapeError(f"TensorScatter: write_indices must have shape ({batch},), got {indices.shape}")
+        check_write_index_count(batch, indices.size, indices.shape)
+        check_write_positions(indices, steps, length, self.mode)
         positions = []
         for start in indices:
             rows = start + np.arange(steps)
             if self.mode == "circular":
                 rows %= length
-            elif steps and (start < 0 or start + steps > length):
-                raise ShapeError(f"TensorScatter: write index {start} + sequence length {steps} exceeds the cache "
-                                 f"length {length} (mode='linear'); use mode='circular' to wrap around")
             positions.append(rows)
         return axis, positions
 
@@ -441,12 +397,9 @@ class TopK(ReferenceOp):
     def forward(self, inputs):
         x = inputs[0]
         k = optional_input(inputs, 1)
-        k = self.k if k is None else scalar_input("TopK", k, "k (input 1)")
-        if k is None:
-            raise ShapeError("TopK: k is required (the second input from opset 10, the attribute before)")
+        k = top_k_count(None if k is None else scalar_input("TopK", k, "k (input 1)"), self.k)
         axis = normalize_axis("TopK", self.axis, require_rank("TopK", x, "X", at_least=1).ndim)
-        if not 0 <= k <= x.shape[axis]:
-            raise ShapeError(f"TopK: k={k} is out of range for axis {axis} of length {x.shape[axis]}")
+        check_top_k(k, axis, x.shape[axis])
         # A stable ascending sort keeps equal values in index order, as ONNX requires; for "largest" sort the
         # negated values (unsigned integers widened first so that negation cannot wrap around).
         if self.largest:
@@ -470,16 +423,8 @@ class Compress(ReferenceOp):
 
     def forward(self, inputs):
         x, condition = inputs[0], np.asarray(inputs[1])
-        if condition.ndim != 1:
-            raise ShapeError(f"Compress: condition must be a 1-D tensor, got shape {condition.shape}")
-        condition = condition.astype(bool)
-        axis = None if self.axis is None else normalize_axis("Compress", self.axis, require_rank("Compress", x, "input",
-                                                                                           at_least=1).ndim)
-        length = x.size if axis is None else x.shape[axis]
-        if condition.size > length:  # ONNX lets it be shorter (the rest is dropped), not longer
-            raise ShapeError(f"Compress: condition has {condition.size} entries, more than the {length} "
-                             f"{'elements of the input' if axis is None else f'slices along axis {axis}'}")
-        return np.compress(condition, x, axis=axis)
+        axis = compress_axis(np.shape(x), condition.shape, self.axis)  # ONNX lets condition be shorter, not longer
+        return np.compress(condition.astype(bool), x, axis=None if self.axis is None else axis)
 
 
 @register("NonZero")
@@ -514,11 +459,7 @@ class Unique(ReferenceOp):
 
     def forward(self, inputs):
         x = np.asarray(inputs[0])
-        axis = self.axis
-        if axis is not None:
-            if not -x.ndim <= axis < x.ndim:
-                raise ShapeError(f"Unique: axis {axis} out of range for a rank-{x.ndim} input")
-            axis %= x.ndim
+        axis = unique_axis(self.axis, x.ndim)
         values, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True,
                                                    return_counts=True, axis=axis)
         inverse = inverse.reshape(-1)
@@ -556,8 +497,7 @@ class Trilu(ReferenceOp):
 
     def forward(self, inputs):
         x = inputs[0]
-        if x.ndim < 2:
-            raise ShapeError(f"Trilu: the input must have at least 2 dimensions, got shape {x.shape}")
+        check_rank("Trilu", x.shape, "the input", at_least=2)
         return np.where(self._mask(inputs), x, np.zeros((), x.dtype)).astype(x.dtype)
 
     def backward(self, grads, fwd_inputs, fwd_outputs):

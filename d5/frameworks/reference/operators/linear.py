@@ -35,6 +35,8 @@ from d5.frameworks.reference.kernels import gemm, matmul
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators.elementwise import ensure_array, unbroadcast
 from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.tensor_checks import (check_gemm_bias, check_gemm_operands, check_square_matrices, einsum_mismatch,
+                                  matmul_mismatch, require_einsum_dtype)
 
 
 @register("Gemm")
@@ -57,8 +59,7 @@ class Gemm(ReferenceOp):
         if self.alpha != 1.0:
             y *= self.alpha
         if c is not None:
-            if not _broadcasts_to(c.shape, y.shape):
-                raise ShapeError(f"Gemm: C of shape {c.shape} does not broadcast to the output shape {y.shape}")
+            check_gemm_bias(c.shape, y.shape)
             if self.beta == 1.0:
                 y += c
             elif self.beta != 0.0:
@@ -83,17 +84,8 @@ class Gemm(ReferenceOp):
         return tuple(result)
 
     def _operands(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if a.ndim != 2 or b.ndim != 2:
-            raise ShapeError(f"Gemm: A and B must be 2-D, got A {a.shape} and B {b.shape}; use MatMul for other ranks")
+        check_gemm_operands(a.shape, b.shape)
         return (a.T if self.transA else a), (b.T if self.transB else b)
-
-
-def _broadcasts_to(shape: tuple, target: tuple) -> bool:
-    # ONNX's unidirectional broadcasting: C may stretch to the output shape, never the reverse.
-    try:
-        return np.broadcast_shapes(shape, target) == tuple(target)
-    except ValueError:
-        return False
 
 
 @register("MatMul")
@@ -105,8 +97,7 @@ class MatMul(ReferenceOp):
         try:
             product = ensure_array(matmul(a, b))  # 1-D @ 1-D is a 0-d array, not a scalar
         except ValueError:
-            raise ShapeError(f"MatMul: shapes {a.shape} and {b.shape} do not multiply (the last dimension of A must "
-                             "equal the second-to-last of B, batch dimensions must broadcast, no 0-D operands)") from None
+            raise matmul_mismatch(a.shape, b.shape) from None
         # ml_dtypes' bfloat16 matmul accumulates and returns float32; ONNX keeps the operands' type.
         return product.astype(np.result_type(a, b), copy=False)
 
@@ -187,9 +178,7 @@ class Einsum(ReferenceOp):
     def forward(self, inputs):
         arrays = [np.asarray(a) for a in inputs]
         for index, array in enumerate(arrays):
-            if not _einsum_dtype(array.dtype):
-                raise ShapeError(f"Einsum: operand {index} has dtype {array.dtype}; Einsum takes integer tensors and "
-                                 "float16, float32, float64 or bfloat16. Cast it first")
+            require_einsum_dtype(index, _einsum_dtype(array.dtype), array.dtype)
         _parse(self.equation, [a.shape for a in arrays])
         exotic = {a.dtype for a in arrays if not _numpy_native(a.dtype)}
         if exotic:
@@ -199,8 +188,7 @@ class Einsum(ReferenceOp):
             result = np.asarray(np.einsum(self.equation, *arrays, optimize=len(arrays) > 2))
             return result.astype(exotic.pop(), copy=False) if exotic else result
         except ValueError as err:
-            raise ShapeError(f"Einsum: equation {self.equation!r} does not fit the operand shapes "
-                             f"{[a.shape for a in arrays]}: {err}") from None
+            raise einsum_mismatch(self.equation, [a.shape for a in arrays], err) from None
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
         arrays = [np.asarray(a) for a in fwd_inputs]
@@ -250,8 +238,7 @@ class Det(ReferenceOp):
 
     def forward(self, inputs):
         x = inputs[0]
-        if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
-            raise ShapeError(f"Det: input must be (..., M, M) square matrices, got shape {x.shape}")
+        check_square_matrices(x.shape)
         return ensure_array(np.linalg.det(x)).astype(x.dtype)
 
     def backward(self, grads, fwd_inputs, fwd_outputs):

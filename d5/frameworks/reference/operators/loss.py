@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators.activation import log_softmax
 from d5.frameworks.reference.operators.elementwise import broadcast_error, ensure_array, unbroadcast
 from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.tensor_checks import check_class_weights, check_labels, check_loss_inputs
 
 
 @register("SoftmaxCrossEntropyLoss")
@@ -107,24 +107,10 @@ class SoftmaxCrossEntropyLoss(ReferenceOp):
         return grad.astype(weights.dtype, copy=False)
 
     def _check(self, scores, labels, weights) -> None:
-        if scores.ndim < 2:
-            raise ShapeError(f"{type(self).__name__}: scores must be (N, C) or (N, C, d1, ...), got shape {scores.shape}")
-        if not np.issubdtype(labels.dtype, np.integer):
-            raise ShapeError(f"{type(self).__name__}: labels must be integers (int64 class indices), got {labels.dtype}")
-        expected = (scores.shape[0],) + scores.shape[2:]
-        if labels.shape != expected:
-            raise ShapeError(f"{type(self).__name__}: labels of shape {labels.shape} do not match scores of shape "
-                             f"{scores.shape}; expected labels of shape {expected}")
-        classes = scores.shape[1]
-        valid = labels if self.ignore_index is None else labels[labels != self.ignore_index]
-        if valid.size and (valid.min() < 0 or valid.max() >= classes):
-            bad = valid[(valid < 0) | (valid >= classes)]
-            raise ShapeError(f"{type(self).__name__}: label {int(bad[0])} is out of range for scores of shape "
-                             f"{scores.shape} ({classes} classes); labels must be in [0, {classes})"
-                             + ("" if self.ignore_index is None else f" or equal ignore_index={self.ignore_index}"))
-        if weights is not None and weights.shape != (classes,):
-            raise ShapeError(f"{type(self).__name__}: weights must have shape ({classes},) for scores of shape "
-                             f"{scores.shape}, got {weights.shape}")
+        name = type(self).__name__
+        check_loss_inputs(name, scores.shape, labels.shape, np.issubdtype(labels.dtype, np.integer), labels.dtype)
+        check_labels(name, labels, scores.shape, self.ignore_index)
+        check_class_weights(name, scores.shape, None if weights is None else weights.shape)
 
     def _safe_labels(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Labels with ignored entries replaced by class 0 (so they can index), and the valid mask (None: all valid)."""

@@ -30,6 +30,8 @@ from d5.frameworks.reference.operators._checks import float_compute_dtype, requi
 from d5.frameworks.reference.operators.elementwise import unbroadcast
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import normalize_axis
+from d5.ops.window_checks import (STASH_DTYPE_NAMES, STASH_FLOAT64, check_batch_norm, check_group_norm,
+                                  check_group_norm18, check_instance_norm, mvn_axes, normalized_axis, require_channels)
 
 
 _INPUT_NAMES = ("X", "scale", "B", "input_mean", "input_var")
@@ -125,22 +127,11 @@ class BatchNormalization(ReferenceOp):
                              f"{len(inputs)}{' with some missing' if len(inputs) == 5 else ''}")
         arrays = [np.asarray(a) for a in inputs]
         x = arrays[0]
-        if x.ndim < 2:
-            raise ShapeError(f"BatchNormalization: X must be (N, C, ...), got shape {x.shape}")
+        check_batch_norm(x.shape, [array.shape for array in arrays[1:]], require_data=True)
         channels = x.shape[1]
-        for name, array in zip(_INPUT_NAMES[1:], arrays[1:]):
-            if array.shape != (channels,):
-                raise ShapeError(f"BatchNormalization: input {name!r} must have shape ({channels},) (one value per "
-                                 f"channel of X {x.shape}), got {array.shape}")
-        if x.size == 0:
-            raise ShapeError(f"BatchNormalization: X is empty (shape {x.shape}); there are no statistics to compute")
         dtype = compute_dtype("BatchNormalization", *arrays)
         x3 = as_kernel_array(x, dtype).reshape(x.shape[0], channels, -1)
         return (x3, *(as_kernel_array(a, dtype) for a in arrays[1:]), x.shape)
-
-
-# ONNX TensorProto data types allowed as LayerNormalization's stash_type.
-_STASH_TYPES = {1: np.float32, 11: np.float64, 10: np.float16, 16: np.float32}  # bfloat16 -> float32
 
 
 def _normalize(x: np.ndarray, axes: tuple[int, ...], epsilon: float):
@@ -175,16 +166,13 @@ class LayerNormalization(ReferenceOp):
     def __init__(self, **attributes) -> None:
         super().__init__()
         adopt(self, operator_attributes("LayerNormalization", attributes))
-        self.stash_dtype = np.dtype(_STASH_TYPES[self.stash_type])
+        self.stash_dtype = np.dtype(STASH_DTYPE_NAMES[self.stash_type])
 
     def _prepare(self, inputs):
         if len(inputs) not in (2, 3) or inputs[0] is None or inputs[1] is None:
             raise ShapeError(f"LayerNormalization: expected inputs (X, Scale) or (X, Scale, B), got {len(inputs)}")
         x = np.asarray(inputs[0])
-        if not -x.ndim <= self.axis < x.ndim:
-            raise ShapeError(f"LayerNormalization: axis={self.axis} is out of range for X of rank {x.ndim}")
-        axis = self.axis % x.ndim
-        axes = tuple(range(axis, x.ndim))
+        axes = tuple(range(normalized_axis("LayerNormalization", self.axis, x.ndim), x.ndim))
         arrays = [np.asarray(a) for a in inputs if a is not None]
         for array, what in zip(arrays[1:], ("Scale", "B")):
             require_broadcastable("LayerNormalization", array, what, x.shape)
@@ -247,9 +235,7 @@ class InstanceNormalization(ReferenceOp):
         if len(inputs) != 3 or any(a is None for a in inputs):
             raise ShapeError(f"InstanceNormalization: expected inputs (X, scale, B), got {len(inputs)}")
         x, scale, bias = (np.asarray(a) for a in inputs)
-        if x.ndim < 3 or scale.shape != (x.shape[1],) or bias.shape != (x.shape[1],):
-            raise ShapeError(f"InstanceNormalization: X must be (N, C, D1, ...) and scale, B of shape (C,); got X "
-                             f"{x.shape}, scale {scale.shape}, B {bias.shape}")
+        check_instance_norm(x.shape, scale.shape, bias.shape)
         dtype = compute_dtype("InstanceNormalization", x, scale, bias)
         shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
         return (x.astype(dtype, copy=False), scale.astype(dtype).reshape(shape), bias.astype(dtype).reshape(shape),
@@ -313,8 +299,7 @@ class LRN(ReferenceOp):
         if len(inputs) != 1 or inputs[0] is None:
             raise ShapeError(f"LRN: expected exactly one input X, got {len(inputs)}")
         x = np.asarray(inputs[0])
-        if x.ndim < 2:
-            raise ShapeError(f"LRN: X must be (N, C, ...), got shape {x.shape}")
+        require_channels("LRN", x.shape)
         x = x.astype(compute_dtype("LRN", x), copy=False)
         denominator = self.bias + (self.alpha / self.size) * _channel_window_sum(x * x, self.half, self.half)
         return x, denominator
@@ -357,20 +342,14 @@ class GroupNormalization(ReferenceOp):
     def __init__(self, **attributes) -> None:
         super().__init__()
         adopt(self, operator_attributes("GroupNormalization", attributes))
-        self.stash_dtype = np.dtype(_STASH_TYPES[self.stash_type])
+        self.stash_dtype = np.dtype(STASH_DTYPE_NAMES[self.stash_type])
 
     def _prepare(self, inputs):
         if len(inputs) != 3 or any(a is None for a in inputs):
             raise ShapeError(f"GroupNormalization: expected inputs (X, scale, bias), got {len(inputs)}")
         x, scale, bias = (np.asarray(a) for a in inputs)
-        if x.ndim < 2 or x.shape[1] % self.num_groups:
-            raise ShapeError(f"GroupNormalization: X must be (N, C, ...) with C divisible by num_groups="
-                             f"{self.num_groups}, got shape {x.shape}")
+        check_group_norm(x.shape, self.num_groups, scale.shape, bias.shape)
         channels = x.shape[1]
-        if scale.shape != bias.shape or scale.shape not in ((channels,), (self.num_groups,)):
-            raise ShapeError(f"GroupNormalization: scale and bias must both have shape ({channels},) (per channel, "
-                             f"opset 21) or ({self.num_groups},) (per group, opset 18); got {scale.shape} and "
-                             f"{bias.shape}")
         dtype = compute_dtype("GroupNormalization", x, scale, bias)
         if self.stash_dtype == np.float64:
             dtype = np.dtype(np.float64)
@@ -422,11 +401,7 @@ class GroupNormalization18(GroupNormalization):
 
     def _prepare(self, inputs):
         if len(inputs) == 3 and all(a is not None for a in inputs):
-            scale, bias = np.shape(inputs[1]), np.shape(inputs[2])
-            if scale != bias or scale != (self.num_groups,):
-                raise ShapeError(f"GroupNormalization (opset 18-20): scale and bias must both have shape "
-                                 f"({self.num_groups},) (one per group; per-channel (C,) parameters came with "
-                                 f"opset 21), got {scale} and {bias}")
+            check_group_norm18(self.num_groups, np.shape(inputs[1]), np.shape(inputs[2]))
         return super()._prepare(inputs)
 
 
@@ -454,10 +429,7 @@ class MeanVarianceNormalization(ReferenceOp):
         if len(inputs) != 1 or inputs[0] is None:
             raise ShapeError(f"MeanVarianceNormalization: expected exactly one input X, got {len(inputs)}")
         x = np.asarray(inputs[0])
-        if any(not -x.ndim <= a < x.ndim for a in self.axes) or not self.axes:
-            raise ShapeError(f"MeanVarianceNormalization: axes {list(self.axes)} must be non-empty and lie in "
-                             f"[{-x.ndim}, {x.ndim}) for X of shape {x.shape}; set the axes attribute to match X")
-        axes = tuple(sorted({a % x.ndim for a in self.axes}))
+        axes = mvn_axes(self.axes, x.shape)
         x = x.astype(compute_dtype("MeanVarianceNormalization", x), copy=False)
         centered = x - x.mean(axis=axes, keepdims=True)
         inv_std = 1.0 / (np.sqrt((centered * centered).mean(axis=axes, keepdims=True)) + self.EPSILON)
@@ -492,11 +464,9 @@ class RMSNormalization(ReferenceOp):
         if len(inputs) != 2 or inputs[0] is None or inputs[1] is None:
             raise ShapeError(f"RMSNormalization: expected inputs (X, scale), got {len(inputs)}")
         x, scale = np.asarray(inputs[0]), np.asarray(inputs[1])
-        if not -x.ndim <= self.axis < x.ndim:
-            raise ShapeError(f"RMSNormalization: axis={self.axis} is out of range for X of rank {x.ndim}")
-        axes = tuple(range(self.axis % x.ndim, x.ndim))
+        axes = tuple(range(normalized_axis("RMSNormalization", self.axis, x.ndim), x.ndim))
         require_broadcastable("RMSNormalization", scale, "scale", x.shape)
-        dtype = np.dtype(np.float64) if self.stash_type == 11 else float_compute_dtype(x, scale)
+        dtype = np.dtype(np.float64) if self.stash_type == STASH_FLOAT64 else float_compute_dtype(x, scale)
         xc = x.astype(dtype, copy=False)
         inv_rms = 1.0 / np.sqrt(np.mean(xc * xc, axis=axes, keepdims=True) + self.epsilon)
         return x, scale, xc, scale.astype(dtype, copy=False), inv_rms, axes

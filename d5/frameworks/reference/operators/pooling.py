@@ -26,6 +26,8 @@ from d5.frameworks.reference.operators._windows import (WindowND, crop_input, re
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import unpooled_shape, window_geometry
 from d5.ops.operator import Gradient
+from d5.ops.window_checks import (check_global_pool_input, check_pool_input, check_unpool_index_range,
+                                  check_unpool_inputs, unpool_output_shape)
 
 
 class _WindowPool(ReferenceOp):
@@ -43,12 +45,7 @@ class _WindowPool(ReferenceOp):
         if len(inputs) != 1 or inputs[0] is None:
             raise ShapeError(f"{self.op_name}: expected exactly one input X, got {len(inputs)}")
         x = np.asarray(inputs[0])
-        if x.ndim not in (3, 4, 5):
-            raise ShapeError(f"{self.op_name}: X must be (N, C, L), (N, C, H, W) or (N, C, D, H, W), got shape "
-                             f"{x.shape}")
-        if len(self.kernel_shape) != x.ndim - 2:
-            raise ShapeError(f"{self.op_name}: kernel_shape {list(self.kernel_shape)} has {len(self.kernel_shape)} "
-                             f"axes but X of shape {x.shape} has {x.ndim - 2} spatial axes")
+        check_pool_input(self.op_name, x.shape, self.kernel_shape)
         window = resolve_window(self.op_name, x.shape[2:], self.kernel_shape, strides=self.strides,
                                 dilations=self.dilations, pads=self.pads, auto_pad=self.auto_pad,
                                 ceil_mode=self.ceil_mode)
@@ -243,8 +240,7 @@ def _global_pool_input(op_name: str, inputs) -> np.ndarray:
     if len(inputs) != 1 or inputs[0] is None:
         raise ShapeError(f"{op_name}: expected exactly one input X, got {len(inputs)}")
     x = np.asarray(inputs[0])
-    if x.ndim < 3 or 0 in x.shape[2:]:
-        raise ShapeError(f"{op_name}: X must be (N, C, spatial...) with non-empty spatial axes, got shape {x.shape}")
+    check_global_pool_input(op_name, x.shape, require_data=True)
     return x
 
 
@@ -308,25 +304,14 @@ class MaxUnpool(ReferenceOp):
         if len(inputs) not in (2, 3) or inputs[0] is None or inputs[1] is None:
             raise ShapeError(f"MaxUnpool: expected inputs (X, I) or (X, I, output_shape), got {len(inputs)}")
         x, indices = np.asarray(inputs[0]), np.asarray(inputs[1])
-        rank = len(self.kernel_shape)
-        if x.ndim != rank + 2 or indices.shape != x.shape:
-            raise ShapeError(f"MaxUnpool: X must be (N, C) plus {rank} spatial axes (kernel_shape "
-                             f"{list(self.kernel_shape)}) and I of X's shape; got X {x.shape}, I {indices.shape}")
-        if not np.issubdtype(indices.dtype, np.integer):
-            raise ShapeError(f"MaxUnpool: I must hold integer (int64) indices, got dtype {indices.dtype}")
+        check_unpool_inputs(x.shape, indices.shape, self.kernel_shape, np.issubdtype(indices.dtype, np.integer),
+                            indices.dtype)
         inferred = unpooled_shape("MaxUnpool", x.shape, self.kernel_shape, self.strides, self.pads)
-        shape = inferred
         requested = optional_array(inputs, 2)
-        if requested is not None:
-            shape = tuple(int(v) for v in requested.reshape(-1))
-            if len(shape) != x.ndim or shape[:2] != x.shape[:2] or any(o < i for o, i in zip(shape, inferred)):
-                raise ShapeError(f"MaxUnpool: output_shape {list(shape)} must have X's rank, N and C, and be at "
-                                 f"least the unpooled shape {list(inferred)} on every axis")
+        shape = unpool_output_shape(inferred, None if requested is None else [int(v) for v in requested.reshape(-1)])
         flat = indices.reshape(-1).astype(np.int64)
-        total = int(np.prod(inferred))
-        if flat.size and (flat.min() < 0 or flat.max() >= total):
-            raise ShapeError(f"MaxUnpool: indices must lie in [0, {total}) (flat positions in the unpooled shape "
-                             f"{list(inferred)}), got values in [{flat.min()}, {flat.max()}]")
+        if flat.size:
+            check_unpool_index_range(int(flat.min()), int(flat.max()), inferred)
         last = flat.size - 1 - np.unique(flat[::-1], return_index=True)[1]  # the last writer of each position
         return x, last, flat[last], inferred, shape
 

@@ -27,20 +27,16 @@ from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import quantization_axis
 from d5.ops.operator import Gradient
-
-
-# Saturation ranges by dtype name; the packed types have no np.iinfo.
-_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
-           "uint4": (0, 15), "int4": (-8, 7), "uint2": (0, 3), "int2": (-2, 1), "int32": (-2 ** 31, 2 ** 31 - 1)}
+from d5.ops.window_checks import QUANTIZED_RANGES, a_zero_point_rows, check_b_zero_point, check_matmul_integer
 
 
 def _integer_range(dtype: np.dtype) -> tuple[int, int]:
     try:
-        return _RANGES[np.dtype(dtype).name]
+        return QUANTIZED_RANGES[np.dtype(dtype).name]
     except KeyError:
         raise UnsupportedOperatorError(
             f"quantization to {np.dtype(dtype)} is not supported by the reference framework; supported: "
-            f"{', '.join(_RANGES)} (float8/float4 are not)") from None
+            f"{', '.join(QUANTIZED_RANGES)} (float8/float4 are not)") from None
 
 
 def optional_input(inputs, index: int) -> np.ndarray | None:
@@ -153,14 +149,12 @@ class DynamicQuantizeLinear(_Quantized):
         return y, np.asarray(scale, np.float32), np.asarray(zero_point)
 
 
-def _row_zero_point(zero_point: np.ndarray | None, rows: int) -> Any:
+def _row_zero_point(zero_point: np.ndarray | None, a_shape: tuple) -> Any:
     """A's zero point: a scalar, or one per row (1-D of length M), which must broadcast along rows."""
     if zero_point is None:
         return 0
     zero_point = np.asarray(zero_point).astype(np.int32)
-    if zero_point.size != 1 and zero_point.shape != (rows,):
-        raise ShapeError(f"MatMulInteger: a_zero_point must be a scalar or 1-D of length {rows} (A's rows), got "
-                         f"shape {zero_point.shape}")
+    a_zero_point_rows(a_shape, zero_point.shape)
     return zero_point[..., None] if zero_point.ndim >= 1 and zero_point.size > 1 else zero_point.reshape(())
 
 
@@ -170,13 +164,10 @@ class MatMulInteger(_Quantized):
 
     def forward(self, inputs):
         a, b = inputs[0], inputs[1]
-        if a.ndim < 1 or b.ndim < 1:
-            raise ShapeError(f"MatMulInteger: A and B must have at least one dimension, got shapes {a.shape} and {b.shape}")
+        check_matmul_integer(a.shape, b.shape)
         a_zero, b_zero = optional_input(inputs, 2), optional_input(inputs, 3)
-        if b_zero is not None and np.size(b_zero) != 1 and np.shape(b_zero) != b.shape[-1:]:
-            raise ShapeError(f"MatMulInteger: b_zero_point must be a scalar or 1-D of length {b.shape[-1]} (B's "
-                             f"columns), got shape {np.shape(b_zero)}")
-        left = a.astype(np.int32) - _row_zero_point(a_zero, a.shape[-2] if a.ndim > 1 else 1)
+        check_b_zero_point(b.shape, None if b_zero is None else np.shape(b_zero))
+        left = a.astype(np.int32) - _row_zero_point(a_zero, a.shape)
         right = b.astype(np.int32) - _as_int(b_zero)
         try:
             return np.matmul(left, right).astype(np.int32)

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.errors import ShapeError
 from d5.frameworks.reference.kernels import compute_dtype
 from d5.frameworks.reference.operators import ReferenceOp, register
-from d5.ops.onnx_attributes import RECURRENT_DEFAULT_ACTIVATIONS, adopt, operator_attributes
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.sequence_plans import (RecurrentSpec, check_hidden_size, check_recurrent_attributes,
+                                   check_recurrent_optional, check_recurrent_ranks, check_recurrent_weights,
+                                   gate_blocks, peephole_blocks, recurrent_state_shape, sequence_lengths)
 
 
 # ----------------------------------------------------------------------------------------- activations
@@ -92,21 +95,20 @@ class _LSTMCell:
         self.grads = {"R": np.zeros_like(r), "Rb": np.zeros_like(rb), "P": np.zeros_like(p)}
 
     def step(self, xw, h, c):
-        n = self.hidden
         pre = xw + h @ self.r.T + self.rb
-        pi, po, pf = self.p[:n], self.p[n:2 * n], self.p[2 * n:]
-        a_i, i = _activate(self.f, pre[:, :n] + pi * c, self.clip)
-        a_f, f = _activate(self.f, pre[:, 2 * n:3 * n] + pf * c, self.clip)
-        a_c, cc = _activate(self.g, pre[:, 3 * n:], self.clip)
+        pre_i, pre_o, pre_f, pre_c = gate_blocks(pre, self.hidden, 4)
+        pi, po, pf = peephole_blocks(self.p, self.hidden)
+        a_i, i = _activate(self.f, pre_i + pi * c, self.clip)
+        a_f, f = _activate(self.f, pre_f + pf * c, self.clip)
+        a_c, cc = _activate(self.g, pre_c, self.clip)
         c_new = f * c + i * cc
-        a_o, o = _activate(self.f, pre[:, n:2 * n] + po * c_new, self.clip)
+        a_o, o = _activate(self.f, pre_o + po * c_new, self.clip)
         hc = self.h(c_new)
         return o * hc, c_new, (h, c, c_new, a_i, i, a_f, f, a_c, cc, a_o, o, hc)
 
     def step_back(self, dh_new, dc_new, cache):
         h, c, c_new, a_i, i, a_f, f, a_c, cc, a_o, o, hc = cache
-        n = self.hidden
-        pi, po, pf = self.p[:n], self.p[n:2 * n], self.p[2 * n:]
+        pi, po, pf = peephole_blocks(self.p, self.hidden)
         d_ao = _activate_grad(self.f, a_o, o, dh_new * hc, self.clip)
         dc_new = dc_new + self.h.grad(c_new, hc) * dh_new * o + d_ao * po
         d_ai = _activate_grad(self.f, a_i, i, dc_new * cc, self.clip)
@@ -191,18 +193,15 @@ class _RNNCell:
 
 # --------------------------------------------------------------------------------------------- the op
 
-class _RecurrentOp(ReferenceOp):
+class _RecurrentOp(ReferenceOp, RecurrentSpec):
     """Shared driver of LSTM/GRU/RNN: attribute checks, layouts, directions, masking and BPTT."""
-
-    op_name = ""
-    default_activations: tuple[str, ...] = ()
-    has_cell_state = False
 
     def __init__(self, **attributes) -> None:
         super().__init__()
         attributes = adopt(self, operator_attributes(self.op_name, attributes))
         self.activations = [_Activation(*activation) for activation in attributes.activations]
         self._saved: tuple | None = None
+        check_recurrent_attributes(self.op_name, attributes, by=" by the reference framework")
 
     # -- subclass hooks ----------------------------------------------------------------------------
 
@@ -338,26 +337,19 @@ class _RecurrentOp(ReferenceOp):
         optional = [None if len(inputs) <= i or inputs[i] is None else np.asarray(inputs[i]) for i in range(3, 8)]
         b, seq_lens, h0, c0, p = optional
         gates = self.gates
-        if x.ndim != 3 or w.ndim != 3 or r.ndim != 3:
-            raise ShapeError(f"{name}: X, W and R must be 3-D, got X {x.shape}, W {w.shape}, R {r.shape}")
-        hidden = r.shape[-1]
-        if self.hidden_size is not None and self.hidden_size != hidden:
-            raise ShapeError(f"{name}: hidden_size={self.hidden_size} disagrees with R of shape {r.shape}")
-        self.hidden_size = hidden
+        check_recurrent_ranks(name, x.shape, w.shape, r.shape)
+        hidden = self.hidden_size = check_hidden_size(name, self.hidden_size, r.shape)
         dirs = self.num_directions
         if self.layout:
             x = x.transpose(1, 0, 2)
         seq, batch, features = x.shape
         self._batch = batch
-        if w.shape != (dirs, gates * hidden, features) or r.shape != (dirs, gates * hidden, hidden):
-            raise ShapeError(f"{name}: with direction={self.direction} and X {x.shape} expected W "
-                             f"{(dirs, gates * hidden, features)} and R {(dirs, gates * hidden, hidden)}; got W "
-                             f"{w.shape}, R {r.shape}")
-        state_shape = (batch, dirs, hidden) if self.layout else (dirs, batch, hidden)
-        for label, value, shape in (("B", b, (dirs, 2 * gates * hidden)), ("initial_h", h0, state_shape),
-                                    ("initial_c", c0, state_shape), ("P", p, (dirs, 3 * hidden))):
-            if value is not None and value.shape != shape:
-                raise ShapeError(f"{name}: {label} must have shape {shape}, got {value.shape}")
+        check_recurrent_weights(name, direction=self.direction, dirs=dirs, gates=gates, hidden=hidden, x_shape=x.shape,
+                                w_shape=w.shape, r_shape=r.shape)
+        check_recurrent_optional(name, dirs=dirs, gates=gates, hidden=hidden,
+                                 state=recurrent_state_shape(dirs, batch, hidden, self.layout),
+                                 b=None if b is None else b.shape, initial_h=None if h0 is None else h0.shape,
+                                 initial_c=None if c0 is None else c0.shape, p=None if p is None else p.shape)
         dtype = compute_dtype(name, *(a for a in (x, w, r, b, h0, c0, p) if a is not None))
         cast = (lambda a: None if a is None else a.astype(dtype, copy=False))
         x, w, r, b, h0, c0, p = (cast(a) for a in (x, w, r, b, h0, c0, p))
@@ -371,18 +363,11 @@ class _RecurrentOp(ReferenceOp):
             c0 = np.zeros((dirs, batch, hidden), dtype) if c0 is None else (c0.transpose(1, 0, 2) if self.layout else c0)
             p = np.zeros((dirs, 3 * hidden), dtype) if p is None else p
         mask = None
-        if seq_lens is not None:
-            lens = seq_lens.astype(np.int64).reshape(-1)
-            if lens.shape != (batch,) or (lens < 0).any() or (lens > seq).any():
-                raise ShapeError(f"{name}: sequence_lens must be {batch} integers in [0, {seq}], got {lens.tolist()}")
-            if (lens < seq).any():
-                mask = (np.arange(seq)[:, None] < lens[None, :])[:, :, None]  # (seq, batch, 1)
+        lens = None if seq_lens is None else sequence_lengths(name, seq_lens, batch, seq)
+        if lens is not None:
+            mask = (np.arange(seq)[:, None] < lens[None, :])[:, :, None]  # (seq, batch, 1)
         return {"x": x, "w": w, "r": r, "wb": b[:, :gates * hidden], "rb": b[:, gates * hidden:], "mask": mask,
                 "h0": h0, "c0": c0, "p": p}
-
-    @property
-    def gates(self) -> int:
-        return {"LSTM": 4, "GRU": 3, "RNN": 1}[self.op_name]
 
     def _input_grads(self, fwd_inputs, prepared, dx, dw, dr, dwb, drb, dh0, dc0, dp):
         def like(grad, index):
@@ -414,14 +399,6 @@ class LSTM(_RecurrentOp):
     """
 
     op_name = "LSTM"
-    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["LSTM"]
-    has_cell_state = True
-
-    def __init__(self, **attributes) -> None:
-        super().__init__(**attributes)
-        if self.input_forget:
-            raise UnsupportedOperatorError("LSTM: input_forget=1 (coupled input and forget gates) is not supported by "
-                                           "the reference framework; use input_forget=0")
 
     def _make_cell(self, r, rb, p, acts):
         return _LSTMCell(r, rb, p, acts, self.clip, self.hidden_size)
@@ -438,7 +415,6 @@ class GRU(_RecurrentOp):
     """
 
     op_name = "GRU"
-    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["GRU"]
 
     def _make_cell(self, r, rb, p, acts):
         return _GRUCell(r, rb, acts, self.clip, self.hidden_size, self.linear_before_reset)
@@ -454,7 +430,6 @@ class RNN(_RecurrentOp):
     """
 
     op_name = "RNN"
-    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["RNN"]
 
     def _make_cell(self, r, rb, p, acts):
         return _RNNCell(r, rb, acts, self.clip, self.hidden_size)

@@ -29,8 +29,9 @@ from d5.frameworks.reference.operators import ReferenceOp, register
 from d5.frameworks.reference.operators._checks import int_list, require_rank, scalar_input
 from d5.frameworks.reference.operators.elementwise import ensure_array
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import normalize_axes, normalize_axis
+from d5.ops.onnx_semantics import normalize_axis
 from d5.ops.operator import Gradient
+from d5.ops.window_checks import arg_axis, empty_extremum, kept_shape, reduce_axes, reduced_shape
 
 
 class _Reduction(ReferenceOp):
@@ -47,9 +48,8 @@ class _Reduction(ReferenceOp):
         """The reduced axes (non-negative), or None for the identity (noop_with_empty_axes)."""
         x = inputs[0]
         axes = int_list(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else self.axes
-        if not axes:
-            return None if self.noop_with_empty_axes else tuple(range(x.ndim))
-        return tuple(sorted(normalize_axes(self.op_name, axes, x.ndim)))
+        axes = reduce_axes(self.op_name, axes, x.ndim, self.noop_with_empty_axes)
+        return None if axes is None else tuple(axes)
 
     def forward(self, inputs):
         x = inputs[0]
@@ -58,7 +58,7 @@ class _Reduction(ReferenceOp):
             return self._identity(x)
         out = ensure_array(self._reduce(x, axes))
         out = out.astype(x.dtype, copy=False) if out.dtype != x.dtype else out
-        return out if self.keepdims else out.reshape([d for i, d in enumerate(x.shape) if i not in axes])
+        return out if self.keepdims else out.reshape(reduced_shape(x.shape, axes))
 
     def _identity(self, x: np.ndarray) -> np.ndarray:
         return x
@@ -69,7 +69,7 @@ class _Reduction(ReferenceOp):
         axes = self._axes(fwd_inputs)
         if axes is None:
             return (self._identity_grad(g, x),) + rest
-        kept = [1 if i in axes else d for i, d in enumerate(x.shape)]
+        kept = kept_shape(x.shape, axes)
         grad = ensure_array(self._grad(g.reshape(kept), x, out.reshape(kept), axes))
         grad = np.broadcast_to(grad, x.shape) if grad.shape != x.shape else grad
         return (np.array(grad, dtype=x.dtype, copy=grad.dtype != x.dtype or not grad.flags.writeable),) + rest
@@ -222,13 +222,8 @@ class _Extremum(_Reduction):
     def _reduce(self, x, axes):
         if _count(x, axes) == 0:
             # Empty set: the reduction's identity, -inf for max and +inf for min (the integer extremes for ints).
-            if np.issubdtype(x.dtype, np.floating):
-                initial = self.empty_float
-            elif x.dtype == np.bool_:
-                initial = bool(self.empty_float > 0)  # max of nothing is False, min of nothing True
-            else:
-                info = np.iinfo(x.dtype)
-                initial = info.min if self.empty_float < 0 else info.max
+            initial = empty_extremum(self.empty_float < 0, np.issubdtype(x.dtype, np.floating), x.dtype == np.bool_,
+                                     lambda: np.iinfo(x.dtype))
             return type(self).function(x, axis=axes, keepdims=True, initial=initial)
         return type(self).function(x, axis=axes, keepdims=True)
 
@@ -266,9 +261,7 @@ class _ArgExtremum(ReferenceOp):
 
     def forward(self, inputs):
         x = inputs[0]
-        axis = normalize_axes(self.op_name, [self.axis], x.ndim)[0]
-        if x.shape[axis] == 0:
-            raise ShapeError(f"{self.op_name}: axis {self.axis} of the input of shape {x.shape} is empty")
+        axis = arg_axis(self.op_name, self.axis, x.shape)
         if self.select_last_index:
             # The first extremum of the reversed axis is the last one of the original.
             index = x.shape[axis] - 1 - type(self).function(np.flip(x, axis), axis=axis)

@@ -30,12 +30,15 @@ import numpy as np
 
 from d5.errors import ShapeError
 from d5.frameworks.reference.operators import ReferenceOp, register
-from d5.frameworks.reference.operators._checks import int_list, require_rank
+from d5.frameworks.reference.operators._checks import int_list
 from d5.frameworks.reference.operators.elementwise import ensure_array, is_float, unbroadcast
 from d5.network.memory import check_allocation
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import normalize_axes, optional_input, reshape_target, slice_bounds, split_lengths
+from d5.ops.onnx_semantics import normalize_axes, optional_input, reshape_target, split_lengths
 from d5.ops.operator import Gradient
+from d5.ops.tensor_checks import (check_sequence_length_values, concat_axis, depth_to_space_plan, expand_shape,
+                                  flatten_axis, pad_widths, reverse_sequence_lengths, shape_range, slice_index,
+                                  space_to_depth_plan, squeeze_axes, tile_shape, transpose_perm, unsqueeze_shape)
 
 
 def _nones(count: int) -> tuple:
@@ -58,10 +61,7 @@ class Flatten(ReferenceOp):
 
     def forward(self, inputs):
         x = inputs[0]
-        if not -x.ndim <= self.axis <= x.ndim:
-            raise ShapeError(f"Flatten: axis {self.axis} is out of range for a {x.ndim}-D input of shape {x.shape}; "
-                             f"use an axis in [{-x.ndim}, {x.ndim}]")
-        axis = self.axis % x.ndim if self.axis < 0 else self.axis
+        axis = flatten_axis(self.axis, x.shape)
         # Explicit sizes (not -1) so zero-size tensors reshape too.
         return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
@@ -97,11 +97,7 @@ class Concat(ReferenceOp):
         adopt(self, operator_attributes("Concat", attributes))
 
     def forward(self, inputs):
-        if not inputs:
-            raise ShapeError("Concat: needs at least one input")
-        ndim = inputs[0].ndim
-        if not -ndim <= self.axis < ndim:
-            raise ShapeError(f"Concat: axis {self.axis} is out of range for {ndim}-D inputs; use [{-ndim}, {ndim})")
+        concat_axis(self.axis, [np.shape(x) for x in inputs])
         try:
             return np.concatenate(inputs, axis=self.axis)
         except ValueError:
@@ -135,11 +131,7 @@ class Transpose(ReferenceOp):
         adopt(self, operator_attributes("Transpose", attributes))
 
     def _perm(self, ndim: int) -> list[int]:
-        if self.perm is None:
-            return list(range(ndim))[::-1]
-        if sorted(self.perm) != list(range(ndim)):
-            raise ShapeError(f"Transpose: perm {self.perm} is not a permutation of the {ndim} axes of the input")
-        return self.perm
+        return transpose_perm(self.perm, ndim)
 
     def forward(self, inputs):
         x = inputs[0]
@@ -160,13 +152,7 @@ class Squeeze(ReferenceOp):
 
     def forward(self, inputs):
         x = inputs[0]
-        axes = _ints_input(inputs, 1, self.axes)
-        if axes is None:
-            return x.reshape([d for d in x.shape if d != 1])
-        axes = normalize_axes("Squeeze", axes, x.ndim)
-        bad = [a for a in axes if x.shape[a] != 1]
-        if bad:
-            raise ShapeError(f"Squeeze: axes {bad} of the input of shape {x.shape} are not of length 1")
+        axes = squeeze_axes(x.shape, _ints_input(inputs, 1, self.axes))
         return x.reshape([d for i, d in enumerate(x.shape) if i not in axes])
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
@@ -183,14 +169,7 @@ class Unsqueeze(ReferenceOp):
 
     def forward(self, inputs):
         x = inputs[0]
-        axes = _ints_input(inputs, 1, self.axes)
-        if axes is None:
-            raise ShapeError("Unsqueeze: no axes given; pass them as the second input (opset 13+) or the attribute")
-        out_ndim = x.ndim + len(axes)
-        shape = list(x.shape)
-        for axis in sorted(normalize_axes("Unsqueeze", axes, out_ndim)):
-            shape.insert(axis, 1)
-        return x.reshape(shape)
+        return x.reshape(unsqueeze_shape(x.shape, _ints_input(inputs, 1, self.axes)))
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
         return (grads[0].reshape(fwd_inputs[0].shape),) + _nones(len(fwd_inputs) - 1)
@@ -211,13 +190,7 @@ class Slice(ReferenceOp):
             axes, steps = int_list(optional_input(inputs, 3)), int_list(optional_input(inputs, 4))
         else:
             starts, ends, axes, steps = self.starts, self.ends, self.axes, None
-        if starts is None or ends is None:
-            raise ShapeError("Slice: starts and ends are required (inputs 1 and 2, or attributes before opset 10)")
-        slices = [slice(None)] * x.ndim
-        for axis, start, end, step in slice_bounds("Slice", x.shape, starts, ends, axes, steps):
-            # A Python slice reads an end of -1 as "the last element"; None means "run past the front".
-            slices[axis] = slice(start, None if end < 0 else end, step)
-        return tuple(slices)
+        return slice_index(x.shape, starts, ends, axes, steps)
 
     def forward(self, inputs):
         return inputs[0][self._slices(inputs)]
@@ -271,9 +244,7 @@ class Shape(ReferenceOp):
 
     def forward(self, inputs):
         shape = np.asarray(inputs[0].shape, dtype=np.int64)
-        ndim = len(shape)
-        start = min(max(self.start + ndim if self.start < 0 else self.start, 0), ndim)
-        end = ndim if self.end is None else min(max(self.end + ndim if self.end < 0 else self.end, 0), ndim)
+        start, end = shape_range(self.start, self.end, len(shape))
         return shape[start:end].copy()
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
@@ -298,11 +269,8 @@ class Expand(ReferenceOp):
     """Broadcast the input against ``shape`` (bidirectionally, as numpy does)."""
 
     def forward(self, inputs):
-        x, shape = inputs[0], int_list(inputs[1])
-        try:
-            target = np.broadcast_shapes(x.shape, tuple(shape))
-        except ValueError:
-            raise ShapeError(f"Expand: the input of shape {x.shape} cannot be broadcast to {shape}") from None
+        x = inputs[0]
+        target = expand_shape(x.shape, int_list(inputs[1]))
         check_allocation("Expand output", target, x.dtype)
         # A copy, not numpy's read-only broadcast view, so consumers get an ordinary array.
         return np.broadcast_to(x, target).copy()
@@ -317,10 +285,7 @@ class Tile(ReferenceOp):
 
     def forward(self, inputs):
         x, repeats = inputs[0], int_list(inputs[1])
-        if len(repeats) != x.ndim or any(r < 0 for r in repeats):
-            raise ShapeError(f"Tile: repeats {repeats} must hold one non-negative count per axis of the "
-                             f"{x.ndim}-D input")
-        check_allocation("Tile output", [d * r for d, r in zip(x.shape, repeats)], x.dtype)
+        check_allocation("Tile output", tile_shape(x.shape, repeats), x.dtype)
         return np.tile(x, repeats)
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
@@ -344,18 +309,7 @@ class Pad(ReferenceOp):
         adopt(self, operator_attributes("Pad", attributes))
 
     def _widths(self, inputs) -> list[tuple[int, int]]:
-        x = inputs[0]
-        pads = _ints_input(inputs, 1, self.pads)
-        if pads is None:
-            raise ShapeError("Pad: no pads given; pass them as the second input (opset 11+) or the attribute")
-        axes = int_list(optional_input(inputs, 3))
-        axes = list(range(x.ndim)) if axes is None else normalize_axes("Pad", axes, x.ndim)
-        if len(pads) != 2 * len(axes):
-            raise ShapeError(f"Pad: {len(pads)} pads for {len(axes)} axes; give a begin and an end per axis")
-        widths = [(0, 0)] * x.ndim
-        for k, axis in enumerate(axes):
-            widths[axis] = (pads[k], pads[k + len(axes)])
-        return widths
+        return pad_widths(inputs[0].ndim, _ints_input(inputs, 1, self.pads), int_list(optional_input(inputs, 3)))
 
     def _pad(self, x: np.ndarray, widths: list[tuple[int, int]], constant: Any) -> np.ndarray:
         # Pad by the positive parts, then crop the negative ones.
@@ -403,26 +357,16 @@ class SpaceToDepth(ReferenceOp):
         super().__init__()
         adopt(self, operator_attributes("SpaceToDepth", attributes))
 
-    def _perm(self) -> tuple:
-        # Axes of the (n, c, h/b, b, w/b, b) view in output order.
-        return (0, 3, 5, 1, 2, 4) if self.mode == "DCR" else (0, 1, 3, 5, 2, 4)
-
     def forward(self, inputs):
-        x = require_rank("SpaceToDepth", inputs[0], "input", rank=4)
-        n, c, h, w = x.shape
-        b = self.blocksize
-        if h % b or w % b:
-            raise ShapeError(f"SpaceToDepth: spatial size {h}x{w} is not divisible by blocksize {b}")
-        blocks = x.reshape(n, c, h // b, b, w // b, b).transpose(self._perm())
-        return np.ascontiguousarray(blocks).reshape(n, c * b * b, h // b, w // b)
+        x = np.asarray(inputs[0])
+        plan = space_to_depth_plan(x.shape, self.blocksize, self.mode)
+        return np.ascontiguousarray(x.reshape(plan.split).transpose(plan.perm)).reshape(plan.shape)
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
-        n, c, h, w = fwd_inputs[0].shape
-        b = self.blocksize
-        split = (n, c, h // b, b, w // b, b)
-        perm = self._perm()
+        shape = fwd_inputs[0].shape
+        split, perm, _ = space_to_depth_plan(shape, self.blocksize, self.mode)
         g = grads[0].reshape(tuple(split[p] for p in perm)).transpose(np.argsort(perm))
-        return np.ascontiguousarray(g).reshape(n, c, h, w)
+        return np.ascontiguousarray(g).reshape(shape)
 
 
 @register("DepthToSpace")
@@ -433,25 +377,14 @@ class DepthToSpace(ReferenceOp):
         super().__init__()
         adopt(self, operator_attributes("DepthToSpace", attributes))
 
-    def _layout(self, shape) -> tuple[tuple, tuple]:
-        n, c, h, w = shape
-        b = self.blocksize
-        if c % (b * b):
-            raise ShapeError(f"DepthToSpace: {c} channels are not divisible by blocksize^2 = {b * b}")
-        if self.mode == "DCR":
-            return (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)
-        return (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
-
     def forward(self, inputs):
-        x = require_rank("DepthToSpace", inputs[0], "input", rank=4)
-        n, c, h, w = x.shape
-        b = self.blocksize
-        split, perm = self._layout(x.shape)
-        return np.ascontiguousarray(x.reshape(split).transpose(perm)).reshape(n, c // (b * b), h * b, w * b)
+        x = np.asarray(inputs[0])
+        plan = depth_to_space_plan(x.shape, self.blocksize, self.mode)
+        return np.ascontiguousarray(x.reshape(plan.split).transpose(plan.perm)).reshape(plan.shape)
 
     def backward(self, grads, fwd_inputs, fwd_outputs):
         shape = fwd_inputs[0].shape
-        split, perm = self._layout(shape)
+        split, perm, _ = depth_to_space_plan(shape, self.blocksize, self.mode)
         permuted_shape = tuple(split[p] for p in perm)
         g = grads[0].reshape(permuted_shape).transpose(np.argsort(perm))
         return np.ascontiguousarray(g).reshape(shape)
@@ -468,14 +401,10 @@ class ReverseSequence(ReferenceOp):
         adopt(self, operator_attributes("ReverseSequence", attributes))
 
     def forward(self, inputs):
-        x, lengths = require_rank("ReverseSequence", inputs[0], "input", at_least=2), np.asarray(inputs[1])
-        batch, steps = x.shape[self.batch_axis], x.shape[self.time_axis]
-        if lengths.shape != (batch,) or lengths.dtype.kind not in "iu":
-            raise ShapeError(f"ReverseSequence: sequence_lens must be an integer tensor of shape ({batch},) (one length "
-                             f"per batch entry), got {lengths.dtype} of shape {lengths.shape}")
-        if lengths.size and (lengths.min() < 0 or lengths.max() > steps):
-            raise ShapeError(f"ReverseSequence: sequence_lens must lie in [0, {steps}] (the time axis' length), got "
-                             f"values in [{lengths.min()}, {lengths.max()}]")
+        x, lengths = np.asarray(inputs[0]), np.asarray(inputs[1])
+        _, steps = reverse_sequence_lengths(x.shape, self.batch_axis, self.time_axis, lengths.shape,
+                                            lengths.dtype.kind in "iu", lengths.dtype)
+        check_sequence_length_values(lengths, steps)
         out = x.copy()
         for b, length in enumerate(lengths):
             index = [slice(None)] * x.ndim

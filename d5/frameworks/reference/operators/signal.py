@@ -18,6 +18,8 @@ from d5.frameworks.reference.operators._checks import onnx_dtype, optional_array
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import COSINE_WINDOW_COEFFICIENTS, mel_weight_matrix
 from d5.ops.operator import Gradient
+from d5.ops.sequence_plans import (MEL_INPUT_NAMES, check_dft_input, check_mel_inputs, check_stft_signal,
+                                   cosine_window_size, dft_axis, dft_points, output_datatype_error, stft_frames)
 
 
 # --------------------------------------------------------------------------------------------------- DFT
@@ -52,24 +54,12 @@ class DFT(ReferenceOp):
 
     def forward(self, inputs):
         x = np.asarray(inputs[0])
-        if x.ndim < 2 or x.shape[-1] not in (1, 2):
-            raise ShapeError(f"DFT: input must be [..., 1] (real) or [..., 2] (complex), got shape {x.shape}")
+        check_dft_input(x.shape)
         length, axis_input = optional_array(inputs, 1), optional_array(inputs, 2)
-        if axis_input is not None:
-            axis = int(axis_input.reshape(-1)[0])
-        else:
-            axis = -2 if self.axis is None else int(self.axis)
-        if not -x.ndim <= axis <= x.ndim - 2 or axis == -1:
-            raise ShapeError(f"DFT: axis {axis} must be a signal axis of the rank-{x.ndim} input: "
-                             f"[{-x.ndim}, -2] or [0, {x.ndim - 2}]")
-        axis %= x.ndim
+        axis = dft_axis(None if axis_input is None else axis_input.reshape(-1)[0], self.axis, x.ndim)
         signal = _complex_signal(x)
-        if length is not None:
-            n = int(length.reshape(-1)[0])
-        else:
-            n = 2 * (x.shape[axis] - 1) if self.inverse and self.onesided else x.shape[axis]
-        if n < 1:
-            raise ShapeError(f"DFT: dft_length must be >= 1, got {n}")
+        n = dft_points(None if length is None else length.reshape(-1)[0], x.shape[axis], inverse=self.inverse,
+                       onesided=self.onesided)
         if self.inverse and self.onesided:
             return np.fft.irfft(signal, n=n, axis=axis)[..., None].astype(x.dtype)
         result = (np.fft.ifft if self.inverse else np.fft.fft)(signal, n=n, axis=axis)
@@ -109,22 +99,12 @@ class STFT(ReferenceOp):
 
     def forward(self, inputs):
         x = np.asarray(inputs[0])
-        if x.ndim != 3 or x.shape[-1] not in (1, 2):
-            raise ShapeError(f"STFT: signal must be [batch, length, 1] (real) or [batch, length, 2] (complex), got "
-                             f"shape {x.shape}")
+        check_stft_signal(x.shape)
         step = _scalar_input("STFT", inputs, 1, "frame_step")
         window = optional_array(inputs, 2)
         frame_length = _scalar_input("STFT", inputs, 3, "frame_length")
-        if window is not None and (window.ndim != 1 or (frame_length is not None and window.size != frame_length)):
-            raise ShapeError(f"STFT: window must be 1-D with frame_length ({frame_length}) values, got shape "
-                             f"{window.shape}")
-        if frame_length is None:
-            frame_length = x.shape[1] if window is None else window.size
-        frame_length = int(frame_length)
-        if step is None or int(step) < 1 or not 1 <= frame_length <= x.shape[1]:
-            raise ShapeError(f"STFT: frame_step must be >= 1 and frame_length in [1, {x.shape[1]}] (the signal "
-                             f"length), got frame_step {step} and frame_length {frame_length}")
-        frames = np.lib.stride_tricks.sliding_window_view(_complex_signal(x), frame_length, axis=1)[:, ::int(step)]
+        frame_length, step = stft_frames(x.shape[1], step, frame_length, None if window is None else window.shape)
+        frames = np.lib.stride_tricks.sliding_window_view(_complex_signal(x), frame_length, axis=1)[:, ::step]
         if window is not None:
             frames = frames * window.astype(np.float64)
         spectrum = np.fft.fft(frames, axis=-1)
@@ -149,16 +129,11 @@ class _CosineSumWindow(ReferenceOp):
         try:
             self.dtype = onnx_dtype(self.output_datatype)
         except ShapeError:
-            raise ShapeError(f"{type(self).__name__}: output_datatype {self.output_datatype} is not an ONNX data type; "
-                             "use a TensorProto.DataType value such as 1 (float) or 11 (double)") from None
+            raise output_datatype_error(type(self).__name__, self.output_datatype) from None
 
     def forward(self, inputs):
         name = type(self).__name__
-        size = _scalar_input(name, inputs, 0, "size")
-        if size is None or int(size) != size or size < 0:
-            raise ShapeError(f"{name}: size must be a non-negative integer scalar, got {size}")
-        size = int(size)
-        period = size if self.periodic else size - 1
+        size, period = cosine_window_size(name, _scalar_input(name, inputs, 0, "size"), self.periodic)
         if period == 0:
             return np.ones(size, dtype=self.dtype)
         phase = 2.0 * np.pi * np.arange(size) / period
@@ -223,13 +198,10 @@ class MelWeightMatrix(ReferenceOp):
         try:
             self.dtype = onnx_dtype(output_datatype)
         except ShapeError:
-            raise ShapeError(f"MelWeightMatrix: output_datatype {output_datatype} is not an ONNX data type; use a "
-                             "TensorProto.DataType value such as 1 (float)") from None
+            raise output_datatype_error("MelWeightMatrix", output_datatype, examples="1 (float)") from None
 
     def forward(self, inputs):
-        names = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
-        if len(inputs) != 5:
-            raise ShapeError(f"MelWeightMatrix: expected the 5 inputs {', '.join(names)}, got {len(inputs)}")
+        check_mel_inputs(len(inputs))
         mel_bins, dft_length, sample_rate, low, high = (_scalar_input("MelWeightMatrix", inputs, i, n)
-                                                        for i, n in enumerate(names))
+                                                        for i, n in enumerate(MEL_INPUT_NAMES))
         return mel_weight_matrix(mel_bins, dft_length, sample_rate, low, high).astype(self.dtype)

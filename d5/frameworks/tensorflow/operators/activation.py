@@ -7,17 +7,16 @@ is the reference's (``x >= 0`` takes the linear branch of LeakyRelu/Elu/PRelu; H
 corners), where TensorFlow's fused kernels would pick the other side."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import tensorflow as tf
 
-from d5.errors import ShapeError
 from d5.frameworks.tensorflow.operators import TFOp, register
 from d5.frameworks.tensorflow.operators._helpers import static, static_shape
 from d5.frameworks.tensorflow.tensors import broadcast_to_channels_last
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import broadcast_shape, normalize_axis
+from d5.ops.window_checks import (CoercedTo2D, check_dropout_ratio, check_float_input, check_swiglu_inputs,
+                                  per_channel_slope)
 
 
 class _Unary(TFOp):
@@ -124,13 +123,6 @@ class HardSigmoid(_WithAttributes):
         return tf.where(linear <= 0, tf.zeros((), x.dtype), tf.where(linear >= 1, tf.ones((), x.dtype), linear))
 
 
-def _per_channel(x_shape, slope_shape) -> bool:
-    """Whether a 1-D slope of C values applies along axis 1 of an ONNX-layout input of ``x_shape`` (numpy
-    would align it with the last axis, which it does not match), as the reference's PRelu."""
-    return (len(slope_shape) == 1 and len(x_shape) > 2 and x_shape[1] == slope_shape[0] != 1
-            and x_shape[-1] != slope_shape[0])
-
-
 @register("PRelu")
 class PRelu(TFOp):
     """``x`` where ``x >= 0``, ``slope * x`` elsewhere; the slope broadcasts against x (ONNX's unidirectional
@@ -142,14 +134,14 @@ class PRelu(TFOp):
 
     def __call__(self, x, slope):
         x_shape, slope_shape = x.shape.as_list(), slope.shape.as_list()
-        if _per_channel(x_shape, slope_shape):
+        if per_channel_slope(x_shape, slope_shape):
             slope = tf.reshape(slope, [-1] + [1] * (len(x_shape) - 2))
         return self._apply(x, slope, x_shape, slope.shape.as_list())
 
     def channels_last(self, x, slope):
         x_shape, slope_shape = x.shape.as_list(), slope.shape.as_list()
         onnx_shape = [x_shape[0], x_shape[-1], *x_shape[1:-1]]
-        if not _per_channel(onnx_shape, slope_shape):  # a per-channel (C,) slope already runs along the last axis
+        if not per_channel_slope(onnx_shape, slope_shape):  # a per-channel (C,) slope already runs along the last axis
             broadcast_shape("PRelu", onnx_shape, slope_shape)
             slope = broadcast_to_channels_last(slope, len(x_shape))
         return self._apply(x, slope, x_shape, slope.shape.as_list())
@@ -200,12 +192,7 @@ class SwiGLU(_WithAttributes):
     """``Swish_alpha(A) * B`` for A and B of one shape (no broadcasting)."""
 
     def __call__(self, a, b=None):
-        if b is None:
-            raise ShapeError("SwiGLU: expected inputs (A, B), got 1")
-        if a.shape.as_list() != b.shape.as_list():
-            raise ShapeError(f"SwiGLU: A and B must have the same shape (no broadcasting), got "
-                             f"{tuple(a.shape.as_list())} and {tuple(b.shape.as_list())}; split the projection "
-                             "evenly or Expand first")
+        check_swiglu_inputs(a.shape.as_list(), None if b is None else b.shape.as_list())
         if a.dtype != b.dtype or a.dtype in _NARROW_FLOATS:
             # The reference's compute type: float64 if either is, else float32; the result in A's type.
             compute = tf.float64 if tf.float64 in (a.dtype, b.dtype) else tf.float32
@@ -216,9 +203,7 @@ class SwiGLU(_WithAttributes):
 # ------------------------------------------------------------------------------------- Softmax and kin
 
 def _require_float(op_name: str, x) -> None:
-    if not x.dtype.is_floating:
-        raise ShapeError(f"{op_name} takes a floating-point tensor (float16, float32, float64 or bfloat16), got "
-                         f"{x.dtype.name}; Cast it first")
+    check_float_input(op_name, x.dtype.is_floating, x.dtype.name)
 
 
 @register("Softmax", since=13)
@@ -266,18 +251,13 @@ class Hardmax(Softmax):
         return tf.one_hot(winner, x.shape[axis], axis=axis, dtype=x.dtype)
 
 
-class _CoercedTo2D:
+class _CoercedTo2D(CoercedTo2D):
     """Opsets 1-12: the input coerced to 2-D at ``axis`` (default 1), each row normalized."""
-
-    def __init__(self, **attributes) -> None:
-        super().__init__(axis=-1)
-        self.coerce_axis = operator_attributes(self.op_name, attributes, opset=12).axis
 
     def __call__(self, x):
         _require_float(self.op_name, x)
         shape = static_shape(x)
-        axis = normalize_axis(type(self).__name__, self.coerce_axis, len(shape))
-        flat = tf.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
+        flat = tf.reshape(x, self.coerced_shape(shape))
         return tf.reshape(self._apply(flat, 1), shape)
 
 
@@ -344,8 +324,8 @@ class Dropout(TFOp):
 
     def __call__(self, data, ratio=None, training_mode=None):
         rate = self.ratio if ratio is None else _known(ratio, float)
-        if rate is not None and not 0.0 <= rate <= 1.0:
-            raise ShapeError(f"Dropout: ratio must be in [0, 1], got {rate}; pass the drop probability")
+        if rate is not None:
+            check_dropout_ratio(rate)
         mode = True if self.training else (False if training_mode is None else _known(training_mode, bool))
         want_mask = self.node_output_count is not None and self.node_output_count > 1
         if mode is False or rate == 0.0:

@@ -26,12 +26,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.errors import ShapeError
 from d5.frameworks.tensorflow.operators import TFOp, register
 from d5.frameworks.tensorflow.operators._helpers import ints, pad_sides, resolve_pads
 from d5.frameworks.tensorflow.tensors import from_channels_last, to_channels_last
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import check_window_attributes, col2im_geometry, conv_transpose_geometry, window_geometry
+from d5.ops.onnx_semantics import col2im_geometry, conv_transpose_geometry
+from d5.ops.window_checks import (check_col2im_ranks, check_conv_ranks, check_kernel_attribute, deform_conv_attributes,
+                                  deform_conv_plan, deform_tap_grid)
 
 
 def _common_float(x: Any, w: Any, b: Any = None):
@@ -88,14 +90,8 @@ class _ConvAttributes(TFOp):
         adopt(self, operator_attributes(self.op_name, attributes))
 
     def _check(self, x_rank: int, w_shape) -> tuple[int, ...]:
-        if x_rank not in (3, 4, 5) or len(w_shape) != x_rank:
-            raise UnsupportedOperatorError(f"{self.op_name}: X and W must both be 3-D to 5-D (1 to 3 spatial axes), "
-                                           f"got X of rank {x_rank} and W {tuple(w_shape)}")
-        kernel = tuple(w_shape[2:])
-        if self.kernel_shape is not None and self.kernel_shape != kernel:
-            raise ShapeError(f"{self.op_name}: attribute kernel_shape={list(self.kernel_shape)} disagrees with W's "
-                             f"kernel {list(kernel)}; fix the attribute or the weights")
-        return kernel
+        check_conv_ranks(self.op_name, x_rank, w_shape, f"of rank {x_rank}")
+        return check_kernel_attribute(self.op_name, self.kernel_shape, w_shape[2:])
 
     def __call__(self, x, w, b=None):
         self._check(x.shape.rank, w.shape.as_list())
@@ -252,10 +248,7 @@ class Col2Im(TFOp):
         adopt(self, operator_attributes("Col2Im", attributes))
 
     def __call__(self, columns, image_shape, block_shape):
-        if columns.shape.rank != 3 or image_shape.shape.rank != 1 or block_shape.shape.rank != 1:
-            raise ShapeError(f"Col2Im: expected input (N, C * prod(block_shape), L) and 1-D image_shape and "
-                             f"block_shape, got shapes {tuple(columns.shape)}, {tuple(image_shape.shape)}, "
-                             f"{tuple(block_shape.shape)}")
+        check_col2im_ranks(tuple(columns.shape), tuple(image_shape.shape), tuple(block_shape.shape))
         image, block = ints(image_shape, "Col2Im's image_shape"), ints(block_shape, "Col2Im's block_shape")
         shape = tuple(columns.shape.as_list())
         geometry, segments = self.planned((shape, tuple(image), tuple(block)), self._plan, shape, image, block)
@@ -302,43 +295,17 @@ class DeformConv(TFOp):
 
     def __init__(self, dilations=None, group: int = 1, kernel_shape=None, offset_group: int = 1, pads=None,
                  strides=None) -> None:
-        self.dilations, self.kernel_shape = ints(dilations), ints(kernel_shape)
-        self.pads, self.strides = ints(pads), ints(strides)
-        self.group, self.offset_group = int(group), int(offset_group)
-        if self.group < 1 or self.offset_group < 1:
-            raise ShapeError(f"DeformConv: group and offset_group must be positive integers, got {group} and "
-                             f"{offset_group}")
-        check_window_attributes("DeformConv", kernel_shape=self.kernel_shape, strides=self.strides,
-                                dilations=self.dilations, pads=self.pads)
+        adopt(self, deform_conv_attributes(ints, dilations, group, kernel_shape, offset_group, pads, strides))
 
     def __call__(self, x, w, offset, b=None, mask=None):
-        rank = x.shape.rank - 2
-        kernel = w.shape.as_list()[2:]
-        if rank < 1 or w.shape.rank != x.shape.rank or offset.shape.rank != x.shape.rank:
-            raise ShapeError(f"DeformConv: X, W and offset must have the same rank (N, C, spatial...), got "
-                             f"{tuple(x.shape)}, {tuple(w.shape)}, {tuple(offset.shape)}")
-        if self.kernel_shape is not None and self.kernel_shape != kernel:
-            raise ShapeError(f"DeformConv: attribute kernel_shape={self.kernel_shape} disagrees with W's kernel "
-                             f"{kernel}")
-        n, channels = x.shape.as_list()[:2]
-        out_channels, taps, out = w.shape[0], math.prod(kernel), offset.shape.as_list()[2:]
+        x_shape = tuple(x.shape.as_list())
+        kernel, strides, dilations, pads, out = deform_conv_plan(
+            x_shape, tuple(w.shape.as_list()), tuple(offset.shape.as_list()),
+            None if mask is None else tuple(mask.shape.as_list()), self.kernel_shape, self.group, self.offset_group,
+            self.strides, self.dilations, self.pads)
+        rank, (n, channels) = len(x_shape) - 2, x_shape[:2]
+        out_channels, taps = w.shape[0], math.prod(kernel)
         groups, offset_groups = self.group, self.offset_group
-        if channels != w.shape[1] * groups or out_channels % groups or channels % offset_groups:
-            raise ShapeError(f"DeformConv: X {tuple(x.shape)} and W {tuple(w.shape)} do not fit group={groups} "
-                             f"and offset_group={offset_groups} (C = W.shape[1] * group; M and C divisible)")
-        if offset.shape[0] != n or offset.shape[1] != offset_groups * taps * rank:
-            raise ShapeError(f"DeformConv: offset must be (N, offset_group * prod(kernel) * {rank}, ...) = "
-                             f"({n}, {offset_groups * taps * rank}, ...), got {tuple(offset.shape)}")
-        strides = self.strides or [1] * rank
-        dilations = self.dilations or [1] * rank
-        pads = self.pads or [0] * (2 * rank)
-        expected = list(window_geometry(x.shape.as_list()[2:], kernel, strides=strides, dilations=dilations,
-                                        pads=pads, op_name="DeformConv").out)
-        if expected != out:
-            raise ShapeError(f"DeformConv: the offset's spatial shape {out} is not the convolution's output "
-                             f"{expected} (from X, pads, strides, dilations and the kernel)")
-        if mask is not None and tuple(mask.shape) != (n, offset_groups * taps, *out):
-            raise ShapeError(f"DeformConv: mask must be {(n, offset_groups * taps, *out)}, got {tuple(mask.shape)}")
         positions = math.prod(out)
         offset = tf.cast(tf.reshape(offset, [n, offset_groups, taps, rank, positions]), x.dtype)
         samples = self._sample(x, offset, kernel, strides, dilations, pads, out)  # (N, og, C / og, taps, P)
@@ -359,11 +326,7 @@ class DeformConv(TFOp):
         offset_groups, taps, positions = offset.shape[1], math.prod(kernel), math.prod(out)
         coords = []  # per axis: (N, offset_group, taps, P) sampling coordinates in X
         for a in range(rank):
-            tap = np.arange(kernel[a]) * dilations[a]
-            base = np.arange(out[a]) * strides[a] - pads[a]
-            grid = (tap.reshape([-1 if i == a else 1 for i in range(rank)] + [1] * rank)
-                    + base.reshape([1] * rank + [-1 if i == a else 1 for i in range(rank)]))
-            grid = np.broadcast_to(grid, [*kernel, *out]).reshape(taps, positions)
+            grid = deform_tap_grid(kernel, out, strides, dilations, pads, a).reshape(taps, positions)
             coords.append(tf.constant(grid, x.dtype) + offset[:, :, :, a])
         flat = tf.reshape(x, [n, offset_groups, channels // offset_groups, -1])
         lows = [tf.floor(c) for c in coords]

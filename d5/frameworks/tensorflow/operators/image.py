@@ -22,13 +22,16 @@ import types
 import numpy as np
 import tensorflow as tf
 
-from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.errors import UnsupportedOperatorError
 from d5.frameworks.tensorflow.operators import TFOp, register
 from d5.frameworks.tensorflow.operators._helpers import ints, static, static_shape
 from d5.frameworks.tensorflow.tensors import channels_last_permutation, from_channels_last, to_channels_last
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import (cubic_kernel, normalize_axes, normalized_grid_positions, reflect_coordinates,
-                                   resize_plan, resize_taps)
+from d5.ops.onnx_semantics import cubic_kernel, reflect_coordinates
+from d5.ops.sequence_plans import (affine_grid_base, center_crop_pad_axes, center_crop_pad_plan, check_affine_grid,
+                                   check_at_least_1d, check_grid_sample_shapes, check_iou_threshold, check_nms_shapes,
+                                   check_roi_align_rois, check_roi_align_x, check_roi_batch_indices, resize_host_value,
+                                   resize_inputs, resize_steps, row_major_strides, single_value_present, value_key)
 
 #: The array namespace onnx_semantics' cubic_kernel and reflect_coordinates need, on TensorFlow tensors.
 _TF = types.SimpleNamespace(abs=tf.abs, where=tf.where, zeros_like=tf.zeros_like, floor=tf.floor,
@@ -68,12 +71,7 @@ def _host(value, what: str) -> np.ndarray | None:
     if known is None:
         raise UnsupportedOperatorError(f"Resize: the TensorFlow framework needs {what} as a value known while "
                                        "tracing, not a tensor computed from the data")
-    known = np.asarray(known)
-    return known.astype(np.float64 if known.dtype.kind in "fc" else np.int64)
-
-
-def _key(array: np.ndarray | None):
-    return None if array is None else (array.dtype.str, tuple(array.reshape(-1).tolist()))
+    return resize_host_value(known)
 
 
 # ------------------------------------------------------------------------------------------------- Resize
@@ -98,16 +96,14 @@ class Resize(TFOp):
 
     def _resize(self, x, rest, permutation):
         """Resize ``x``, whose axis k is ONNX axis ``permutation[k]`` (None: ONNX layout)."""
-        if x.shape.rank is None or x.shape.rank < 1:
-            raise ShapeError(f"Resize: X must have at least 1 dimension, got shape {x.shape}")
+        check_at_least_1d("Resize", "X", x.shape.rank, x.shape)
         shape = static_shape(x)
         if permutation is not None:  # the ONNX shape the geometry is defined on
             shape = tuple(shape[permutation.index(axis)] for axis in range(len(shape)))
-        opset10 = len(rest) == 1  # opset 10: (X, scales), asymmetric coordinates
-        given = (None, rest[0], None) if opset10 else (tuple(rest) + (None,) * 3)[:3]
+        given, opset10 = resize_inputs(rest)  # opset 10: (X, scales), asymmetric coordinates
         roi, scales, sizes = (_host(value, what) for value, what in zip(given, ("roi", "scales", "sizes")))
-        key = (shape, _key(roi), _key(scales), _key(sizes), opset10)
-        steps = self.planned(key, self._plan, shape, roi, scales, sizes, opset10)
+        key = (shape, value_key(roi), value_key(scales), value_key(sizes), opset10)
+        steps = self.planned(key, resize_steps, self, shape, roi, scales, sizes, opset10)
         if not steps:
             return tf.identity(x)
         dtype = x.dtype
@@ -119,21 +115,6 @@ class Resize(TFOp):
                 mask = np.reshape(outside, [-1 if k == position else 1 for k in range(len(shape))])
                 result = tf.where(tf.constant(mask), tf.constant(self.extrapolation_value, result.dtype), result)
         return _cast_like(result, dtype)
-
-    def _plan(self, shape, roi, scales, sizes, opset10):
-        """Per resized ONNX axis: (axis, index, weights, mask of extrapolated positions or None)."""
-        coordinate_mode = "asymmetric" if opset10 else self.coordinate_mode
-        lengths = list(shape)
-        steps = []
-        for axis, scale, length, window in resize_plan("Resize", shape, roi, scales, sizes, self.axes, self.policy,
-                                                       coordinate_mode):
-            index, weights, outside = resize_taps(
-                "Resize", in_len=lengths[axis], out_len=length, scale=scale, window=window, mode=self.mode,
-                coordinate_mode=coordinate_mode, nearest_mode=self.nearest_mode, cubic_a=self.cubic_a,
-                exclude_outside=self.exclude_outside, antialias=self.antialias, legacy=self.legacy_modes)
-            lengths[axis] = length
-            steps.append((axis, index, weights, outside if outside is not None and outside.any() else None))
-        return steps
 
 
 def _apply_taps(x: tf.Tensor, axis: int, index: np.ndarray, weights: np.ndarray, nearest: bool) -> tf.Tensor:
@@ -211,20 +192,12 @@ class GridSample(TFOp):
         adopt(self, operator_attributes("GridSample", attributes))
 
     def __call__(self, x, grid):
-        self._check(static_shape(x), static_shape(grid))
+        check_grid_sample_shapes(static_shape(x), static_shape(grid))
         return from_channels_last(self.channels_last(to_channels_last(x), grid))
-
-    @staticmethod
-    def _check(shape, grid_shape):
-        """``shape``: X's ONNX-layout shape."""
-        if len(shape) < 3 or len(grid_shape) != len(shape) or grid_shape[-1] != len(shape) - 2 \
-                or grid_shape[0] != shape[0]:
-            raise ShapeError(f"GridSample: grid of shape {tuple(grid_shape)} does not match X of shape "
-                             f"{tuple(shape)}; expected X (N, C, *spatial) and grid (N, *output, spatial rank)")
 
     def channels_last(self, x, grid):
         shape = static_shape(x)
-        self._check((shape[0], shape[-1]) + shape[1:-1], static_shape(grid))
+        check_grid_sample_shapes((shape[0], shape[-1]) + shape[1:-1], static_shape(grid))  # X's ONNX-layout shape
         n, spatial, channels = shape[0], shape[1:-1], shape[-1]
         dtype = x.dtype
         compute = _compute_dtype(dtype)
@@ -234,7 +207,7 @@ class GridSample(TFOp):
         per_axis = [_grid_taps(grid[..., len(spatial) - 1 - axis], size, align_corners=self.align_corners,
                                mode=self.mode, padding_mode=self.padding_mode)
                     for axis, size in enumerate(spatial)]
-        strides = [math.prod(spatial[axis + 1:]) for axis in range(len(spatial))]
+        strides = row_major_strides(spatial)
         flat = tf.reshape(tf.cast(x, compute), [n, -1, channels])
         points = math.prod(out_shape)
         out = None
@@ -258,21 +231,11 @@ class AffineGrid(TFOp):
 
     def __call__(self, theta, size):
         size = ints(size, "AffineGrid's size")
-        ndim = len(size) - 2
-        if ndim not in (2, 3) or tuple(theta.shape) != (size[0], ndim, ndim + 1) or min(size) < 0:
-            raise ShapeError(f"AffineGrid: size must be (N, C, H, W) or (N, C, D, H, W) with theta of shape (N, 2, 3) "
-                             f"or (N, 3, 4) respectively; got size {size} and theta of shape {tuple(theta.shape)}")
+        ndim = check_affine_grid(size, tuple(theta.shape))
         spatial = tuple(size[2:])
-        base = self.planned(spatial, self._base, spatial)
+        base = self.planned(spatial, affine_grid_base, spatial, self.align_corners)
         grid = tf.einsum("nij,pj->npi", theta, tf.constant(base, theta.dtype))
         return tf.reshape(grid, (size[0],) + spatial + (ndim,))
-
-    def _base(self, spatial):
-        """The (points, ndim + 1) homogeneous normalized coordinates, in row-major order of the output."""
-        mesh = np.meshgrid(*(normalized_grid_positions(n, self.align_corners) for n in spatial), indexing="ij")
-        # The last coordinate axis is (x, y[, z]): the spatial axes in reverse order.
-        columns = [axis.reshape(-1) for axis in reversed(mesh)] + [np.ones(mesh[0].size)]
-        return np.stack(columns, axis=1)
 
 
 @register("CenterCropPad")
@@ -284,28 +247,13 @@ class CenterCropPad(TFOp):
         adopt(self, operator_attributes("CenterCropPad", attributes))
 
     def __call__(self, x, shape):
-        if x.shape.rank is None or x.shape.rank < 1:
-            raise ShapeError(f"CenterCropPad: input_data must have at least 1 dimension, got shape {x.shape}")
+        check_at_least_1d("CenterCropPad", "input_data", x.shape.rank, x.shape)
         have_shape = static_shape(x)
         rank = len(have_shape)
         target = ints(shape, "CenterCropPad's shape")
-        axes = list(range(rank)) if self.axes is None else normalize_axes("CenterCropPad", self.axes, rank)
-        if len(target) != len(axes):
-            raise ShapeError(f"CenterCropPad: shape {target} has {len(target)} entries for {len(axes)} axes")
-        if min(target, default=0) < 0:
-            raise ShapeError(f"CenterCropPad: the target shape must not have negative sizes, got {target}")
-        crop = [slice(None)] * rank
-        pads = [[0, 0] for _ in range(rank)]
-        for axis, size in zip(axes, target):
-            have = have_shape[axis]
-            if size <= have:
-                start = (have - size) // 2
-                crop[axis] = slice(start, start + size)
-            else:
-                begin = (size - have) // 2
-                pads[axis] = [begin, size - have - begin]
-        x = x[tuple(crop)]
-        return tf.pad(x, pads) if any(p for pair in pads for p in pair) else tf.identity(x)
+        crops, pads, _ = center_crop_pad_plan(have_shape, target, center_crop_pad_axes(self.axes, rank))
+        x = x[tuple(slice(None) if crop is None else slice(*crop) for crop in crops)]
+        return tf.pad(x, [list(pair) for pair in pads]) if any(p for pair in pads for p in pair) else tf.identity(x)
 
 
 # ---------------------------------------------------------------------------------------------- RoiAlign
@@ -349,20 +297,16 @@ class RoiAlign(TFOp):
         adopt(self, operator_attributes("RoiAlign", attributes, opset=self.since))
 
     def __call__(self, x, rois, batch_indices):
-        if x.shape.rank != 4:
-            raise ShapeError(f"RoiAlign: X must be 4-D (N, C, H, W), got shape {x.shape}")
+        check_roi_align_x(x.shape.rank, x.shape)
         return from_channels_last(self.channels_last(to_channels_last(x), rois, batch_indices))
 
     def channels_last(self, x, rois, batch_indices):
-        if x.shape.rank != 4:
-            raise ShapeError(f"RoiAlign: X must be 4-D (N, C, H, W), got shape {x.shape}")
-        if rois.shape.rank != 2 or rois.shape[1] != 4 or tuple(batch_indices.shape) != (rois.shape[0],):
-            raise ShapeError(f"RoiAlign: rois must be (num_rois, 4) and batch_indices (num_rois,), got "
-                             f"{tuple(rois.shape)} and {tuple(batch_indices.shape)}")
+        check_roi_align_x(x.shape.rank, x.shape)
+        check_roi_align_rois(tuple(rois.shape), tuple(batch_indices.shape))
         n, height, width, channels = static_shape(x)
         images = static(batch_indices)
-        if images is not None and images.size and (images.min() < 0 or images.max() >= n):
-            raise ShapeError(f"RoiAlign: batch_indices must lie in [0, {n}), got {images.tolist()}")
+        if images is not None:
+            check_roi_batch_indices(images, n)
         out_h, out_w = self.output_height, self.output_width
         count = rois.shape[0]
         if count == 0:
@@ -472,11 +416,9 @@ class NonMaxSuppression(TFOp):
     @staticmethod
     def _optional(value, what: str, dtype: tf.DType, default):
         """A scalar input as a Python number where known while tracing, else a tensor; ``default`` if absent."""
-        if value is None or value.shape.num_elements() == 0:
+        if value is None or not single_value_present("NonMaxSuppression", what, value.shape.num_elements(),
+                                                     tuple(value.shape)):
             return default
-        if value.shape.num_elements() != 1:
-            raise ShapeError(f"NonMaxSuppression: {what} must be a single value (a scalar or a 1-element tensor), "
-                             f"got shape {tuple(value.shape)}")
         known = static(value)
         if known is not None:
             number = np.asarray(known).reshape(-1)[0]
@@ -484,14 +426,11 @@ class NonMaxSuppression(TFOp):
         return tf.cast(tf.reshape(value, ()), dtype)
 
     def __call__(self, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None, score_threshold=None):
-        if boxes.shape.rank != 3 or boxes.shape[-1] != 4 or scores.shape.rank != 3 or \
-                (scores.shape[0], scores.shape[2]) != (boxes.shape[0], boxes.shape[1]):
-            raise ShapeError(f"NonMaxSuppression: boxes must be (B, N, 4) and scores (B, C, N), got "
-                             f"{tuple(boxes.shape)} and {tuple(scores.shape)}")
+        check_nms_shapes(tuple(boxes.shape), tuple(scores.shape))
         max_boxes = self._optional(max_output_boxes_per_class, "max_output_boxes_per_class (input 2)", tf.int64, 0)
         limit = self._optional(iou_threshold, "iou_threshold (input 3)", tf.float32, 0.0)
-        if isinstance(limit, float) and not 0 <= limit <= 1:
-            raise ShapeError(f"NonMaxSuppression: iou_threshold must be in [0, 1], got {limit}")
+        if isinstance(limit, float):
+            check_iou_threshold(limit)
         score_limit = self._optional(score_threshold, "score_threshold (input 4)", tf.float32, None)
         batches, classes, count = static_shape(scores)
         if (isinstance(max_boxes, int) and max_boxes <= 0) or not batches * classes * count:

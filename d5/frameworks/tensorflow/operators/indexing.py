@@ -18,17 +18,21 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.errors import UnsupportedOperatorError
 from d5.frameworks.tensorflow.operators import TFOp, register
 from d5.frameworks.tensorflow.operators._helpers import ints, static, static_shape
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import normalize_axis
+from d5.ops.tensor_checks import (check_axis_indices, check_gather_elements, check_indices, check_one_hot_inputs,
+                                  check_rank, check_scatter_elements, check_scatter_inputs, check_top_k,
+                                  check_write_index_count, check_write_positions, compress_axis, element_offsets,
+                                  gather_nd_depth, one_hot_depth, require_integer_indices, require_single_value,
+                                  scatter_nd_depth, strides, tensor_scatter_axis, top_k_count, unique_axis)
 
 
 def _integer_indices(op_name: str, indices) -> tf.Tensor:
     """``indices`` as int64 (a ShapeError for non-integer ones, as the reference)."""
-    if not indices.dtype.is_integer:
-        raise ShapeError(f"{op_name}: indices must be int32 or int64, got {indices.dtype.name}; Cast them first")
+    require_integer_indices(op_name, indices.dtype.is_integer, indices.dtype.name)
     return tf.cast(indices, tf.int64)
 
 
@@ -39,17 +43,11 @@ def _checked(op_name: str, indices, sizes, message: str = "position") -> tf.Tens
     indices = _integer_indices(op_name, indices)
     sizes = np.asarray(sizes, dtype=np.int64)
     known = static(indices)
-    if known is not None and known.size:
-        bad = (known < -sizes) | (known >= sizes)
-        if bad.any():
-            if message == "range":  # the gathers: the range of the values found
-                dim = int(sizes)
-                raise ShapeError(f"{op_name}: indices must lie in [{-dim}, {dim - 1}] for an axis of length {dim}, "
-                                 f"got values in [{known.min()}, {known.max()}]")
-            where = [int(i) for i in np.argwhere(bad)[0]]
-            size = int(sizes[where[-1]] if sizes.ndim else sizes)
-            raise ShapeError(f"{op_name}: index {int(known[tuple(where)])} (at position {where} of indices) is out "
-                             f"of range for an axis of size {size}; use indices in [{-size}, {size - 1}]")
+    if known is not None:
+        if message == "range":  # the gathers: the range of the values found
+            check_axis_indices(op_name, known, int(sizes))
+        else:
+            check_indices(op_name, known, sizes)
     sizes = tf.constant(sizes)
     return tf.where(indices < 0, indices + sizes, indices)
 
@@ -83,11 +81,7 @@ class GatherElements(TFOp):
         rank = data.shape.rank
         axis = normalize_axis("GatherElements", self.axis, rank)
         shape, index_shape = static_shape(data), static_shape(indices)
-        if len(index_shape) != rank:
-            raise ShapeError(f"GatherElements: indices (shape {index_shape}) must have the rank of data {shape}")
-        if any(n > m for d, (n, m) in enumerate(zip(index_shape, shape)) if d != axis):
-            raise ShapeError(f"GatherElements: indices of shape {index_shape} are larger than data {shape} on an "
-                             f"axis other than axis {axis}; there they may be at most as large as data")
+        check_gather_elements(shape, index_shape, axis)
         index = _checked("GatherElements", indices, shape[axis], "range")
         # On the other axes data is read only where indices reach (the output has the shape of indices).
         crop = tuple(slice(None) if d == axis else slice(0, n) for d, n in enumerate(index_shape))
@@ -112,15 +106,8 @@ class GatherND(TFOp):
     def __call__(self, data, indices):
         b = self.batch_dims
         shape, index_shape = static_shape(data), static_shape(indices)
-        if not indices.dtype.is_integer:
-            raise ShapeError(f"GatherND: indices must be int64 (or int32), got {indices.dtype.name}; Cast them first")
-        if not 0 <= b < min(len(index_shape), len(shape)) or index_shape[:b] != shape[:b]:
-            raise ShapeError(f"GatherND: batch_dims={b} needs data and indices of higher rank sharing their first "
-                             f"{b} dimensions; got data {shape} and indices {index_shape}")
-        depth = index_shape[-1]
-        if depth > len(shape) - b:
-            raise ShapeError(f"GatherND: indices of depth {depth} index more than the {len(shape) - b} non-batch "
-                             f"axes of data of shape {shape}")
+        require_integer_indices("GatherND", indices.dtype.is_integer, indices.dtype.name, "int64 (or int32)")
+        depth = gather_nd_depth(shape, index_shape, b)
         index = _checked("GatherND", indices, shape[b:b + depth])
         return tf.gather_nd(data, index, batch_dims=b)
 
@@ -155,21 +142,14 @@ class _Scatter(TFOp):
         adopt(self, operator_attributes(type(self).__name__, attributes))
 
     def _inputs(self, data, indices, updates):
-        name = type(self).__name__
-        if data is None or indices is None or updates is None:
-            raise ShapeError(f"{name}: expected the three inputs (data, indices, updates)")
-        if data.shape.rank < 1:
-            raise ShapeError(f"{name}: data must have at least 1 dimension, got shape {tuple(data.shape.as_list())}")
+        check_scatter_inputs(type(self).__name__, data, indices, updates, lambda x: tuple(x.shape.as_list()))
         return static_shape(data), static_shape(indices), static_shape(updates)
 
 
 def _element_offsets(shape: tuple[int, ...], index_shape: tuple[int, ...], axis: int) -> tuple[tf.Tensor, int]:
-    """ScatterElements' plan: the flat offset in data of each indices position with its ``axis`` coordinate
-    taken as 0, and the stride of ``axis``."""
-    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
-    grid = np.indices(index_shape, dtype=np.int64) if index_shape else np.zeros((0,), np.int64)
-    offsets = sum((grid[d] * strides[d] for d in range(len(shape)) if d != axis), np.zeros(index_shape, np.int64))
-    return tf.constant(offsets, tf.int64), strides[axis]
+    """ScatterElements' plan (:func:`~d5.ops.tensor_checks.element_offsets`) as a constant, and the stride of
+    ``axis``."""
+    return tf.constant(element_offsets(shape, index_shape, axis), tf.int64), strides(shape)[axis]
 
 
 @register("ScatterElements", "Scatter")
@@ -179,13 +159,7 @@ class ScatterElements(_Scatter):
     def __call__(self, data, indices, updates):
         shape, index_shape, update_shape = self._inputs(data, indices, updates)
         axis = normalize_axis("ScatterElements", self.axis, len(shape))
-        if len(index_shape) != len(shape) or any(i > d for a, (i, d) in enumerate(zip(index_shape, shape))
-                                                 if a != axis):
-            raise ShapeError(f"ScatterElements: indices must have the rank of data ({len(shape)}) and, except on "
-                             f"axis {axis}, no larger dimensions; got indices {index_shape} for data {shape}")
-        if update_shape != index_shape:
-            raise ShapeError(f"ScatterElements: updates must have shape {index_shape} (that of indices), got "
-                             f"{update_shape}")
+        check_scatter_elements(shape, index_shape, axis, update_shape)
         index = _checked("ScatterElements", indices, shape[axis])
         offsets, stride = self.planned(("elements", shape, index_shape, axis), _element_offsets, shape,
                                        index_shape, axis)
@@ -203,17 +177,9 @@ class ScatterND(_Scatter):
 
     def __call__(self, data, indices, updates):
         shape, index_shape, update_shape = self._inputs(data, indices, updates)
-        depth = index_shape[-1] if index_shape else 0
-        if not index_shape or not 1 <= depth <= len(shape):
-            raise ShapeError(f"ScatterND: indices must have at least one axis, whose last length (here {depth}) is "
-                             f"from 1 to data's rank {len(shape)}; got indices {index_shape} for data {shape}")
-        expected = index_shape[:-1] + shape[depth:]
-        if update_shape != expected:
-            raise ShapeError(f"ScatterND: updates must have shape {expected} (set by data {shape} and indices "
-                             f"{index_shape}), got {update_shape}")
+        depth = scatter_nd_depth(shape, index_shape, update_shape)
         index = _checked("ScatterND", indices, shape[:depth])
-        strides = [math.prod(shape[d + 1:depth]) for d in range(depth)]
-        rows = tf.reshape(tf.reduce_sum(index * tf.constant(strides, tf.int64), axis=-1), [-1])
+        rows = tf.reshape(tf.reduce_sum(index * tf.constant(strides(shape[:depth]), tf.int64), axis=-1), [-1])
         flat = tf.reshape(data, (-1,) + shape[depth:])
         values = tf.reshape(tf.cast(updates, data.dtype), (-1,) + shape[depth:])
         return tf.reshape(_scatter_rows(flat, rows, values, self.reduction), shape)
@@ -229,32 +195,20 @@ class TensorScatter(TFOp):
         adopt(self, operator_attributes("TensorScatter", attributes))
 
     def __call__(self, cache, update, write_indices=None):
-        if cache.shape.rank < 2:
-            raise ShapeError(f"TensorScatter: past_cache needs a batch and a sequence axis, got shape "
-                             f"{tuple(cache.shape.as_list())}")
-        shape, update_shape = static_shape(cache), static_shape(update)
-        axis = normalize_axis("TensorScatter", self.axis, len(shape))
-        if axis == 0:
-            raise ShapeError("TensorScatter: axis cannot be 0 (the batch axis)")
-        if (len(update_shape) != len(shape) or update_shape[axis] > shape[axis]
-                or any(u != c for i, (u, c) in enumerate(zip(update_shape, shape)) if i != axis)):
-            raise ShapeError(f"TensorScatter: update shape {update_shape} must equal past_cache shape {shape} "
-                             f"except along axis {axis}, where it may not be longer")
+        shape, update_shape = tuple(cache.shape.as_list()), tuple(update.shape.as_list())
+        if len(shape) >= 2:  # (else tensor_scatter_axis names the missing axes)
+            shape, update_shape = static_shape(cache), static_shape(update)
+        axis = tensor_scatter_axis(shape, update_shape, self.axis)
         batch, length, steps = shape[0], shape[axis], update_shape[axis]
         if write_indices is None or write_indices.shape.num_elements() == 0:
             starts = tf.zeros([batch], tf.int64)
         else:
-            if write_indices.shape.num_elements() != batch:
-                raise ShapeError(f"TensorScatter: write_indices must have shape ({batch},), got "
-                                 f"{tuple(write_indices.shape.as_list())}")
+            count = write_indices.shape.num_elements()
+            check_write_index_count(batch, count, tuple(write_indices.shape.as_list()))
             starts = tf.reshape(tf.cast(write_indices, tf.int64), [batch])
             known = static(write_indices)
-            if known is not None and self.mode != "circular" and steps:
-                known = known.astype(np.int64).reshape(-1)
-                bad = (known < 0) | (known + steps > length)
-                if bad.any():
-                    raise ShapeError(f"TensorScatter: write index {known[bad][0]} + sequence length {steps} exceeds "
-                                     f"the cache length {length} (mode='linear'); use mode='circular' to wrap around")
+            if known is not None:
+                check_write_positions(known.astype(np.int64).reshape(-1), steps, length, self.mode)
         positions = starts[:, None] + tf.range(steps, dtype=tf.int64)  # (batch, steps)
         if self.mode == "circular":
             positions = tf.math.floormod(positions, length)
@@ -278,23 +232,13 @@ class OneHot(TFOp):
         adopt(self, operator_attributes("OneHot", attributes))
 
     def __call__(self, indices, depth, values):
-        depth_count, value_count = depth.shape.num_elements(), values.shape.num_elements()
-        swapped = " (are depth and values swapped? The inputs are (indices, depth, values))" \
-            if depth_count == 2 and value_count == 1 else ""
-        if depth_count != 1 or depth.shape.rank > 1 or depth.dtype == tf.bool:
-            raise ShapeError(f"OneHot: depth (input 1) must be one number (a scalar or a 1-element tensor), got "
-                             f"{depth.dtype.name} of shape {tuple(depth.shape.as_list())}{swapped}")
-        if value_count != 2 or values.shape.rank != 1:
-            raise ShapeError(f"OneHot: values (input 2) must be a 1-D tensor of 2 elements, [off_value, on_value], "
-                             f"got shape {tuple(values.shape.as_list())}{swapped}")
+        check_one_hot_inputs(tuple(depth.shape.as_list()), tuple(values.shape.as_list()), depth.dtype != tf.bool,
+                             depth.dtype.name)
         known = static(depth)
         if known is None:
             raise UnsupportedOperatorError("OneHot: the TensorFlow framework needs depth as a value known while "
                                            "tracing, not a tensor computed from the data")
-        count = float(np.asarray(known).reshape(-1)[0])
-        if not math.isfinite(count) or int(count) < 1:
-            raise ShapeError(f"OneHot: depth must be at least 1 (the number of classes), got {count}")
-        count = int(count)
+        count = one_hot_depth(float(np.asarray(known).reshape(-1)[0]))
         indices = tf.cast(indices, tf.int64)  # float indices truncate toward zero, as the spec's cast does
         indices = tf.where(indices < 0, indices + count, indices)
         rank = indices.shape.rank
@@ -312,11 +256,9 @@ class Trilu(TFOp):
         adopt(self, operator_attributes("Trilu", attributes))
 
     def __call__(self, x, k=None):
-        if x.shape.rank < 2:
-            raise ShapeError(f"Trilu: the input must have at least 2 dimensions, got shape {tuple(x.shape.as_list())}")
-        if k is not None and k.shape.num_elements() != 1:
-            raise ShapeError(f"Trilu: k (input 1) must be a single value (a scalar or a 1-element tensor), got "
-                             f"shape {tuple(k.shape.as_list())}")
+        check_rank("Trilu", tuple(x.shape.as_list()), "the input", at_least=2)
+        if k is not None:
+            require_single_value("Trilu", "k (input 1)", k.shape.num_elements(), tuple(k.shape.as_list()))
         offset = 0 if k is None else ints(k, "Trilu's k")[0]
         dims = tf.shape(x, out_type=tf.int64)
         diagonal = tf.range(dims[-1])[None, :] - tf.range(dims[-2])[:, None]  # column - row
@@ -335,20 +277,13 @@ class TopK(TFOp):
         adopt(self, operator_attributes("TopK", attributes))
 
     def __call__(self, x, k=None):
-        if k is not None and k.shape.num_elements() != 1:
-            raise ShapeError(f"TopK: k (input 1) must be a single value (a scalar or a 1-element tensor), got shape "
-                             f"{tuple(k.shape.as_list())}")
-        count = self.k if k is None else ints(k, "TopK's k")[0]
-        if count is None:
-            raise ShapeError("TopK: k is required (the second input from opset 10, the attribute before)")
-        count = int(count)
+        if k is not None:
+            require_single_value("TopK", "k (input 1)", k.shape.num_elements(), tuple(k.shape.as_list()))
+        count = top_k_count(None if k is None else ints(k, "TopK's k")[0], self.k)
         rank = x.shape.rank
-        if rank < 1:
-            raise ShapeError(f"TopK: X must have at least 1 dimension, got shape {tuple(x.shape.as_list())}")
+        check_rank("TopK", tuple(x.shape.as_list()), "X", at_least=1)
         axis = normalize_axis("TopK", self.axis, rank)
-        dim = x.shape[axis]
-        if dim is not None and not 0 <= count <= dim:
-            raise ShapeError(f"TopK: k={count} is out of range for axis {axis} of length {dim}")
+        check_top_k(count, axis, x.shape[axis])
         perm = None if axis == rank - 1 else [d for d in range(rank) if d != axis] + [axis]
         moved = x if perm is None else tf.transpose(x, perm)
         if moved.dtype == tf.bool:  # top_k has no boolean kernel; the ordering of 0 and 1 is the same
@@ -377,20 +312,9 @@ class Compress(TFOp):
         adopt(self, operator_attributes("Compress", attributes))
 
     def __call__(self, x, condition):
-        if condition.shape.rank != 1:
-            raise ShapeError(f"Compress: condition must be a 1-D tensor, got shape "
-                             f"{tuple(condition.shape.as_list())}")
+        axis = compress_axis(tuple(x.shape.as_list()), tuple(condition.shape.as_list()), self.axis)
         if self.axis is None:
-            x, axis = tf.reshape(x, [-1]), 0
-        else:
-            if x.shape.rank < 1:
-                raise ShapeError(f"Compress: input must have at least 1 dimension, got shape "
-                                 f"{tuple(x.shape.as_list())}")
-            axis = normalize_axis("Compress", self.axis, x.shape.rank)
-        length, entries = x.shape[axis], condition.shape[0]
-        if length is not None and entries is not None and entries > length:
-            raise ShapeError(f"Compress: condition has {entries} entries, more than the {length} "
-                             f"{'elements of the input' if self.axis is None else f'slices along axis {axis}'}")
+            x = tf.reshape(x, [-1])
         selected = condition if condition.dtype == tf.bool else tf.not_equal(condition, tf.zeros([], condition.dtype))
         return tf.gather(x, tf.reshape(tf.where(selected), [-1]), axis=axis)
 
@@ -433,9 +357,7 @@ class Unique(TFOp):
             flat, axis = tf.reshape(x, [-1]), 0
             values, inverse, counts = tf.unique_with_counts(flat, out_idx=tf.int64)
         else:
-            if not -rank <= self.axis < rank:
-                raise ShapeError(f"Unique: axis {self.axis} out of range for a rank-{rank} input")
-            axis = self.axis % rank
+            axis = unique_axis(self.axis, rank)
             values, inverse, counts = tf.raw_ops.UniqueWithCountsV2(x=x, axis=tf.constant([axis], tf.int64),
                                                                    out_idx=tf.int64)
         positions = tf.range(tf.shape(inverse, out_type=tf.int64)[0], dtype=tf.int64)

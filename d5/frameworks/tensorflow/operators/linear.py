@@ -5,12 +5,13 @@ in int64 (uint64 by its bits) and cast back, whose wrap-around is theirs, as the
 """
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 
 from d5.errors import ShapeError
 from d5.frameworks.tensorflow.operators import TFOp, register
 from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.tensor_checks import (check_matmul_shapes, check_square_matrices, einsum_mismatch, gemm_shape,
+                                  require_einsum_dtype)
 
 # The integer dtypes TensorFlow's CPU MatMul and Einsum compute in.
 _NATIVE_INTEGERS = (tf.int32, tf.int64)
@@ -31,14 +32,6 @@ def _products(dtype: tf.DType) -> bool:
     return dtype.is_floating or dtype.is_complex or dtype in _NATIVE_INTEGERS
 
 
-def _broadcasts_to(shape, target) -> bool:
-    # ONNX's unidirectional broadcasting: C may stretch to the output shape, never the reverse.
-    try:
-        return np.broadcast_shapes(tuple(shape), tuple(target)) == tuple(target)
-    except ValueError:
-        return False
-
-
 @register("Gemm")
 class Gemm(TFOp):
     """``alpha * A' @ B' + beta * C`` with A' = A^T if transA, B' = B^T if transB (read transposed by the
@@ -48,19 +41,8 @@ class Gemm(TFOp):
         adopt(self, operator_attributes("Gemm", attributes))
 
     def __call__(self, a, b, c=None):
-        if a.shape.rank != 2 or b.shape.rank != 2:
-            raise ShapeError(f"Gemm: A and B must be 2-D, got A {tuple(a.shape)} and B {tuple(b.shape)}; use MatMul "
-                             "for other ranks")
-        rows = a.shape[1] if self.transA else a.shape[0]
-        inner_a = a.shape[0] if self.transA else a.shape[1]
-        inner_b = b.shape[1] if self.transB else b.shape[0]
-        cols = b.shape[0] if self.transB else b.shape[1]
-        if inner_a is not None and inner_b is not None and inner_a != inner_b:
-            raise ShapeError(f"Gemm: inner dimensions differ: A {tuple(a.shape)}, B {tuple(b.shape)} with "
-                             f"transA={int(self.transA)}, transB={int(self.transB)}; check the transpose flags")
-        if c is not None and None not in (rows, cols) and not _broadcasts_to(c.shape.as_list(), (rows, cols)):
-            raise ShapeError(f"Gemm: C of shape {tuple(c.shape)} does not broadcast to the output shape "
-                             f"{(rows, cols)}")
+        gemm_shape(tuple(a.shape.as_list()), tuple(b.shape.as_list()), None if c is None else tuple(c.shape.as_list()),
+                   self.transA, self.transB)
         dtype = a.dtype
         if not _products(dtype):
             a, b, c = _widened(a), _widened(b), None if c is None else _widened(c)
@@ -79,11 +61,8 @@ class MatMul(TFOp):
     axis removed."""
 
     def __call__(self, a, b):
-        inner_b = None if b.shape.rank == 0 else b.shape[-2] if b.shape.rank > 1 else b.shape[0]
-        if a.shape.rank == 0 or b.shape.rank == 0 or (None not in (a.shape[-1], inner_b) and a.shape[-1] != inner_b):
-            raise ShapeError(f"MatMul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not multiply (the last "
-                             "dimension of A must equal the second-to-last of B, batch dimensions must broadcast, "
-                             "no 0-D operands)")
+        # Batch dimensions are left to tf.linalg.matmul, whose error the ShapeError below quotes.
+        check_matmul_shapes(tuple(a.shape.as_list()), tuple(b.shape.as_list()), batch=False)
         dtype = a.dtype
         if not _products(dtype):
             a, b = _widened(a), _widened(b)
@@ -119,9 +98,8 @@ class Einsum(TFOp):
 
     def __call__(self, *inputs):
         for index, x in enumerate(inputs):
-            if x.dtype == tf.bool or x.dtype.is_complex or not (x.dtype.is_floating or x.dtype.is_integer):
-                raise ShapeError(f"Einsum: operand {index} has dtype {x.dtype.name}; Einsum takes integer tensors "
-                                 "and float16, float32, float64 or bfloat16. Cast it first")
+            supported = not (x.dtype == tf.bool or x.dtype.is_complex) and (x.dtype.is_floating or x.dtype.is_integer)
+            require_einsum_dtype(index, supported, x.dtype.name)
         dtype = inputs[0].dtype if inputs else None
         operands = list(inputs)
         if dtype is not None and not _products(dtype):
@@ -129,8 +107,7 @@ class Einsum(TFOp):
         try:
             out = tf.einsum(self.equation, *operands)
         except (ValueError, tf.errors.InvalidArgumentError) as err:
-            raise ShapeError(f"Einsum: equation {self.equation!r} does not fit the operand shapes "
-                             f"{[tuple(x.shape) for x in inputs]}: {str(err).splitlines()[0]}") from None
+            raise einsum_mismatch(self.equation, [tuple(x.shape) for x in inputs], str(err).splitlines()[0]) from None
         return out if out.dtype == dtype else _narrowed(out, dtype)
 
 
@@ -140,8 +117,7 @@ class Det(TFOp):
     TensorFlow's CPU kernel needs; integers in float64); its gradient ``det * inv^T``, as the reference's."""
 
     def __call__(self, x):
-        if x.shape.rank < 2 or x.shape[-1] != x.shape[-2]:
-            raise ShapeError(f"Det: input must be (..., M, M) square matrices, got shape {tuple(x.shape)}")
+        check_square_matrices(tuple(x.shape.as_list()))
         if x.dtype in (tf.float32, tf.float64):
             return tf.linalg.det(x)
         compute = tf.float32 if x.dtype.is_floating else tf.float64

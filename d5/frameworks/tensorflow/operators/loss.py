@@ -10,6 +10,7 @@ from d5.errors import ShapeError
 from d5.frameworks.tensorflow.operators import TFOp, register
 from d5.frameworks.tensorflow.operators._helpers import static
 from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.tensor_checks import check_class_weights, check_labels, check_loss_inputs
 
 
 def _class_last(x: tf.Tensor) -> tf.Tensor:
@@ -34,26 +35,11 @@ class NegativeLogLikelihoodLoss(TFOp):
         labels outside [0, classes) other than ignore_index."""
         name = type(self).__name__
         shape = tuple(scores.shape.as_list())
-        if len(shape) < 2:
-            raise ShapeError(f"{name}: scores must be (N, C) or (N, C, d1, ...), got shape {shape}")
-        if not labels.dtype.is_integer:
-            raise ShapeError(f"{name}: labels must be integers (int64 class indices), got {labels.dtype.name}")
-        expected = (shape[0], *shape[2:])
-        if tuple(labels.shape.as_list()) != expected:
-            raise ShapeError(f"{name}: labels of shape {tuple(labels.shape)} do not match scores of shape {shape}; "
-                             f"expected labels of shape {expected}")
-        classes = shape[1]
-        if weights is not None and tuple(weights.shape.as_list()) != (classes,):
-            raise ShapeError(f"{name}: weights must have shape ({classes},) for scores of shape {shape}, got "
-                             f"{tuple(weights.shape)}")
+        check_loss_inputs(name, shape, tuple(labels.shape.as_list()), labels.dtype.is_integer, labels.dtype.name)
+        check_class_weights(name, shape, None if weights is None else tuple(weights.shape.as_list()))
         known = static(labels)
-        if known is not None and classes is not None:
-            counted = known if self.ignore_index is None else known[known != self.ignore_index]
-            bad = counted[(counted < 0) | (counted >= classes)]
-            if bad.size:
-                raise ShapeError(f"{name}: label {int(bad[0])} is out of range for scores of shape {shape} "
-                                 f"({classes} classes); labels must be in [0, {classes})"
-                                 + ("" if self.ignore_index is None else f" or equal ignore_index={self.ignore_index}"))
+        if known is not None:
+            check_labels(name, known, shape, self.ignore_index)
 
     def _nll(self, log_prob, labels, weights):
         labels = tf.cast(labels, tf.int64)

@@ -18,10 +18,12 @@ from d5.frameworks.tensorflow.operators import TFOp, register
 from d5.frameworks.tensorflow.tensors import from_channels_last, to_channels_last
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import normalize_axis
+from d5.ops.window_checks import (STASH_DTYPE_NAMES, STASH_FLOAT64, check_batch_norm, check_broadcastable,
+                                  check_group_norm, check_group_norm18, check_instance_norm, lrn_half_window, mvn_axes,
+                                  normalized_axis, require_channels)
 
-_STASH_FLOAT64 = 11  # stash_type values: TensorProto float types; 11 (float64) widens the statistics
-# The dtype of LayerNormalization's Mean and InvStdDev outputs per stash_type (bfloat16's as the reference: float32).
-_STASH_DTYPES = {1: tf.float32, 10: tf.float16, 11: tf.float64, 16: tf.float32}
+# The dtype of LayerNormalization's Mean and InvStdDev outputs per stash_type.
+_STASH_DTYPES = {stash: tf.as_dtype(name) for stash, name in STASH_DTYPE_NAMES.items()}
 
 
 def _compute_dtype(*tensors) -> tf.DType:
@@ -31,17 +33,6 @@ def _compute_dtype(*tensors) -> tf.DType:
 
 def _cast(dtype: tf.DType, *tensors):
     return tuple(None if t is None else tf.cast(t, dtype) for t in tensors)
-
-
-def _require_broadcastable(op_name: str, value, what: str, shape) -> None:
-    # A scale or bias must broadcast to X without changing X's shape.
-    try:
-        fits = np.broadcast_shapes(tuple(value.shape.as_list()), tuple(shape)) == tuple(shape)
-    except ValueError:
-        fits = False
-    if not fits:
-        raise ShapeError(f"{op_name}: {what} of shape {tuple(value.shape)} does not broadcast to the input's shape "
-                         f"{tuple(shape)}")
 
 
 class _ChannelsLastNormalization(TFOp):
@@ -92,12 +83,7 @@ class BatchNormalization(_ChannelsLastNormalization):
         adopt(self, operator_attributes("BatchNormalization", attributes))
 
     def _check(self, shape, scale, bias, mean, var) -> None:
-        if len(shape) < 2:
-            raise ShapeError(f"BatchNormalization: X must be (N, C, ...), got shape {shape}")
-        for name, value in zip(("scale", "B", "input_mean", "input_var"), (scale, bias, mean, var)):
-            if tuple(value.shape.as_list()) != (shape[1],):
-                raise ShapeError(f"BatchNormalization: input {name!r} must have shape ({shape[1]},) (one value per "
-                                 f"channel of X {shape}), got {tuple(value.shape)}")
+        check_batch_norm(shape, [tuple(value.shape.as_list()) for value in (scale, bias, mean, var)])
 
     def channels_last(self, x, scale, bias, mean, var):
         self._checked(x, scale, bias, mean, var)
@@ -174,10 +160,7 @@ class InstanceNormalization(_ChannelsLastNormalization):
         adopt(self, operator_attributes("InstanceNormalization", attributes))
 
     def _check(self, shape, scale, bias) -> None:
-        shapes = tuple(scale.shape.as_list()), tuple(bias.shape.as_list())
-        if len(shape) < 3 or shapes != ((shape[1],), (shape[1],)):
-            raise ShapeError(f"InstanceNormalization: X must be (N, C, D1, ...) and scale, B of shape (C,); got X "
-                             f"{shape}, scale {shapes[0]}, B {shapes[1]}")
+        check_instance_norm(shape, tuple(scale.shape.as_list()), tuple(bias.shape.as_list()))
 
     def channels_last(self, x, scale, bias):
         self._checked(x, scale, bias)
@@ -198,14 +181,12 @@ class LayerNormalization(TFOp):
 
     def __call__(self, x, scale, bias=None):
         rank = x.shape.rank
-        if not -rank <= self.axis < rank:
-            raise ShapeError(f"LayerNormalization: axis={self.axis} is out of range for X of rank {rank}")
+        axes = list(range(normalized_axis("LayerNormalization", self.axis, rank), rank))
         for value, what in ((scale, "Scale"), (bias, "B")):
             if value is not None:
-                _require_broadcastable("LayerNormalization", value, what, x.shape.as_list())
-        compute = tf.float64 if self.stash_type == _STASH_FLOAT64 else _compute_dtype(x, scale, bias)
+                check_broadcastable("LayerNormalization", what, tuple(value.shape.as_list()), x.shape.as_list())
+        compute = tf.float64 if self.stash_type == STASH_FLOAT64 else _compute_dtype(x, scale, bias)
         xc, s, b = _cast(compute, x, scale, bias)
-        axes = list(range(self.axis % rank, rank))
         mean = tf.reduce_mean(xc, axis=axes, keepdims=True)
         centered = xc - mean
         inv_std = tf.math.rsqrt(tf.reduce_mean(centered * centered, axis=axes, keepdims=True) + self.epsilon)
@@ -228,21 +209,13 @@ class GroupNormalization(_ChannelsLastNormalization):
         adopt(self, operator_attributes("GroupNormalization", attributes))
 
     def _check(self, shape, scale, bias) -> None:
-        if len(shape) < 2 or shape[1] % self.num_groups:
-            raise ShapeError(f"GroupNormalization: X must be (N, C, ...) with C divisible by num_groups="
-                             f"{self.num_groups}, got shape {shape}")
-        channels = shape[1]
-        shapes = tuple(scale.shape.as_list()), tuple(bias.shape.as_list())
-        if shapes[0] != shapes[1] or shapes[0] not in ((channels,), (self.num_groups,)):
-            raise ShapeError(f"GroupNormalization: scale and bias must both have shape ({channels},) (per channel, "
-                             f"opset 21) or ({self.num_groups},) (per group, opset 18); got {shapes[0]} and "
-                             f"{shapes[1]}")
+        check_group_norm(shape, self.num_groups, tuple(scale.shape.as_list()), tuple(bias.shape.as_list()))
 
     def channels_last(self, x, scale, bias):
         self._checked(x, scale, bias)
         shape = x.shape.as_list()
         channels = shape[-1]
-        compute = tf.float64 if self.stash_type == _STASH_FLOAT64 else _compute_dtype(x, scale, bias)
+        compute = tf.float64 if self.stash_type == STASH_FLOAT64 else _compute_dtype(x, scale, bias)
         xc, s, b = _cast(compute, x, scale, bias)
         if s.shape[0] != channels:  # per group: each group's value for its channels
             repeat = channels // self.num_groups
@@ -262,11 +235,7 @@ class GroupNormalization18(GroupNormalization):
     (C,) parameters are refused, as the reference, onnxruntime and ONNX's reference do."""
 
     def _check(self, shape, scale, bias) -> None:
-        shapes = tuple(scale.shape.as_list()), tuple(bias.shape.as_list())
-        if shapes[0] != shapes[1] or shapes[0] != (self.num_groups,):
-            raise ShapeError(f"GroupNormalization (opset 18-20): scale and bias must both have shape "
-                             f"({self.num_groups},) (one per group; per-channel (C,) parameters came with opset 21), "
-                             f"got {shapes[0]} and {shapes[1]}")
+        check_group_norm18(self.num_groups, tuple(scale.shape.as_list()), tuple(bias.shape.as_list()))
         super()._check(shape, scale, bias)
 
 
@@ -282,11 +251,9 @@ class RMSNormalization(TFOp):
         if x is None or scale is None:
             raise ShapeError("RMSNormalization: expected inputs (X, scale)")
         rank = x.shape.rank
-        if not -rank <= self.axis < rank:
-            raise ShapeError(f"RMSNormalization: axis={self.axis} is out of range for X of rank {rank}")
-        _require_broadcastable("RMSNormalization", scale, "scale", x.shape.as_list())
-        axes = list(range(self.axis % rank, rank))
-        compute = tf.float64 if self.stash_type == _STASH_FLOAT64 else _compute_dtype(x, scale)
+        axes = list(range(normalized_axis("RMSNormalization", self.axis, rank), rank))
+        check_broadcastable("RMSNormalization", "scale", tuple(scale.shape.as_list()), x.shape.as_list())
+        compute = tf.float64 if self.stash_type == STASH_FLOAT64 else _compute_dtype(x, scale)
         xc, s = _cast(compute, x, scale)
         inv_rms = tf.math.rsqrt(tf.reduce_mean(xc * xc, axis=axes, keepdims=True) + self.epsilon)
         return tf.cast(xc * inv_rms * s, x.dtype)
@@ -320,13 +287,11 @@ class LRN(TFOp):
         adopt(self, operator_attributes("LRN", attributes))
 
     def __call__(self, x):
-        if x.shape.rank < 2:
-            raise ShapeError(f"LRN: X must be (N, C, ...), got shape {tuple(x.shape)}")
+        require_channels("LRN", tuple(x.shape))
         compute = _compute_dtype(x)
         xc = tf.cast(x, compute)
         channels = x.shape[1]
-        # A window reaching past every channel sums them all: clip it, so a huge size costs no more.
-        half = min((self.size - 1) // 2, channels - 1)
+        half = lrn_half_window(self.size, channels)
         squares = xc * xc
         padded = tf.pad(squares, [[0, 0], [half, half]] + [[0, 0]] * (x.shape.rank - 2))
         sums = tf.add_n([padded[:, shift:shift + channels] for shift in range(2 * half + 1)])
@@ -345,12 +310,7 @@ class MeanVarianceNormalization(TFOp):
         adopt(self, operator_attributes("MeanVarianceNormalization", attributes))
 
     def __call__(self, x):
-        rank = x.shape.rank
-        if not self.axes or any(not -rank <= a < rank for a in self.axes):
-            raise ShapeError(f"MeanVarianceNormalization: axes {list(self.axes)} must be non-empty and lie in "
-                             f"[{-rank}, {rank}) for X of shape {tuple(x.shape)}; set the axes attribute to "
-                             "match X")
-        axes = sorted({a % rank for a in self.axes})
+        axes = list(mvn_axes(self.axes, tuple(x.shape)))
         xc = tf.cast(x, _compute_dtype(x))
         centered = xc - tf.reduce_mean(xc, axis=axes, keepdims=True)
         variance = tf.reduce_mean(centered * centered, axis=axes, keepdims=True)

@@ -26,6 +26,9 @@ from d5.frameworks.tensorflow.operators.convolution import same_sides, without_i
 from d5.frameworks.tensorflow.tensors import from_channels_last, to_channels_last
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import unpooled_shape
+from d5.ops.window_checks import (check_global_pool_input, check_lp_pool_rank, check_pool_rank,
+                                  check_unpool_index_range, check_unpool_inputs, pool_index_table, subsamples,
+                                  unpool_output_shape, window_counts)
 
 # The dtypes TensorFlow's CPU MaxPool/AvgPool kernels take, by number of spatial axes (3-D: MaxPool3D/AvgPool3D).
 _NATIVE_POOL_DTYPES = {1: (tf.float16, tf.bfloat16, tf.float32, tf.float64),
@@ -93,9 +96,7 @@ class _WindowPool(TFOp):
         adopt(self, operator_attributes(self.op_name, attributes))
 
     def _check_rank(self, rank: int, shape) -> None:
-        if rank not in (3, 4, 5) or len(self.kernel_shape) != rank - 2:
-            raise ShapeError(f"{self.op_name}: X must be (N, C, spatial...) with {len(self.kernel_shape)} spatial "
-                             f"axes for kernel_shape {list(self.kernel_shape)}, got shape {tuple(shape)}")
+        check_pool_rank(self.op_name, rank, shape, self.kernel_shape)
 
     def __call__(self, x):
         self._check_rank(x.shape.rank, x.shape)
@@ -161,28 +162,19 @@ class MaxPool(_WindowPool):
     def _extra(self, window: _Window, shape, dtype):
         spatial, out = shape[1:-1], window.geometry.out
         subsample = None
-        if (all(k == 1 for k in self.kernel_shape) and all(b == 0 and e <= 0 for b, e in window.sides)
-                and all(o == -(-n // s) for o, n, s in zip(out, spatial, window.strides))):
+        if subsamples(self.kernel_shape, window.sides, out, spatial, window.strides):
             # A 1x1 window with strides only picks every stride-th element (a CIFAR ResNet's option-A shortcut):
             # a strided slice, where the pooling kernel would read and write the whole tensor.
             subsample = (slice(None), *(slice(None, None, s) for s in window.strides), slice(None))
         return subsample, self._index_table(window, spatial)
 
     def _index_table(self, window: _Window, spatial) -> np.ndarray:
-        """(prod(out), taps): the in-plane flat index in X of each window position's tap, -1 in the padding."""
+        """(prod(out), taps): the in-plane flat index in X of each window position's tap, -1 in the padding
+        (column-major per plane with ``storage_order=1``, as the reference)."""
         out, kernel = window.geometry.out, self.kernel_shape
-        rank = len(spatial)
-        steps = [math.prod(spatial[a + 1:]) for a in range(rank)]
-        if self.storage_order == 1:  # column-major per plane, the first spatial axis fastest (as the reference)
-            steps = [math.prod(spatial[:a]) for a in range(rank)]
-        index = np.zeros([*out, *kernel], dtype=np.int64)
-        inside = np.ones([*out, *kernel], dtype=bool)
-        grids = np.ix_(*[np.arange(n) for n in out], *[np.arange(k) for k in kernel])
-        for a in range(rank):
-            coord = (grids[a] * window.strides[a] + grids[rank + a] * window.dilations[a] - window.sides[a][0])
-            inside = inside & (coord >= 0) & (coord < spatial[a])
-            index = index + coord * steps[a]
-        return np.where(inside, index, -1).reshape(math.prod(out), math.prod(kernel))
+        table = pool_index_table(spatial, out, kernel, window.strides, window.dilations,
+                                 [begin for begin, _ in window.sides], self.storage_order)
+        return table.reshape(math.prod(out), math.prod(kernel))
 
     @staticmethod
     def _indices(arg: tf.Tensor, table: np.ndarray, x: tf.Tensor) -> tf.Tensor:
@@ -229,18 +221,8 @@ class AveragePool(_WindowPool):
         return (None if native is None else native.reshape(expand)), summed.reshape(expand)
 
     def _counts(self, spatial, window: _Window) -> np.ndarray:
-        geometry, strides, dilations = window.geometry, window.strides, window.dilations
-        counts = np.ones((), dtype=np.int64)
-        crops, applied = geometry.crops, geometry.applied_pads
-        rank = len(spatial)
-        for axis, size in enumerate(spatial):
-            size = size - crops[axis] - crops[axis + rank]  # the windows see the cropped input
-            begin, end = applied[axis], applied[axis + rank]
-            low, high = (-begin, size + end) if self.count_include_pad else (0, size)
-            coords = (np.arange(geometry.out[axis])[:, None] * strides[axis] - begin
-                      + np.arange(self.kernel_shape[axis])[None, :] * dilations[axis])
-            counts = np.multiply.outer(counts, ((coords >= low) & (coords < high)).sum(axis=1))
-        return counts
+        return window_counts(spatial, window.geometry, self.kernel_shape, window.strides, window.dilations,
+                             bool(self.count_include_pad))
 
 
 @register("LpPool")
@@ -253,9 +235,7 @@ class LpPool(_WindowPool):
 
     def _check_rank(self, rank: int, shape) -> None:
         # Any number of spatial axes: beyond TensorFlow's kernels, the taps are summed.
-        if rank != len(self.kernel_shape) + 2:
-            raise ShapeError(f"LpPool: X must have N, C and {len(self.kernel_shape)} spatial axes (from "
-                             f"kernel_shape), got shape {tuple(shape)}")
+        check_lp_pool_rank(rank, shape, self.kernel_shape)
 
     def channels_last(self, x):
         compute = tf.float64 if x.dtype == tf.float64 else tf.float32
@@ -279,8 +259,7 @@ class _GlobalPool(TFOp):
     op_name = "GlobalPool"
 
     def __call__(self, x):
-        if x.shape.rank is None or x.shape.rank < 3:
-            raise ShapeError(f"{self.op_name}: X must be (N, C, spatial...), got shape {tuple(x.shape)}")
+        check_global_pool_input(self.op_name, tuple(x.shape))
         return from_channels_last(self.channels_last(to_channels_last(x)))
 
 
@@ -320,26 +299,16 @@ class MaxUnpool(TFOp):
         adopt(self, operator_attributes("MaxUnpool", attributes))
 
     def __call__(self, x, indices, output_shape=None):
-        rank = len(self.kernel_shape)
         x_shape = tuple(x.shape.as_list())
-        if len(x_shape) != rank + 2 or tuple(indices.shape.as_list()) != x_shape:
-            raise ShapeError(f"MaxUnpool: X must be (N, C) plus {rank} spatial axes (kernel_shape "
-                             f"{list(self.kernel_shape)}) and I of X's shape; got X {x_shape}, I "
-                             f"{tuple(indices.shape)}")
-        if not indices.dtype.is_integer:
-            raise ShapeError(f"MaxUnpool: I must hold integer (int64) indices, got dtype {indices.dtype.name}")
+        check_unpool_inputs(x_shape, tuple(indices.shape.as_list()), self.kernel_shape, indices.dtype.is_integer,
+                            indices.dtype.name)
         inferred = unpooled_shape("MaxUnpool", x_shape, self.kernel_shape, self.strides, self.pads)
-        shape = inferred
-        if output_shape is not None:
-            shape = tuple(ints(output_shape, "MaxUnpool's output_shape"))
-            if len(shape) != len(x_shape) or shape[:2] != inferred[:2] or any(o < i for o, i in zip(shape, inferred)):
-                raise ShapeError(f"MaxUnpool: output_shape {list(shape)} must have X's rank, N and C, and be at "
-                                 f"least the unpooled shape {list(inferred)} on every axis")
+        shape = unpool_output_shape(inferred, None if output_shape is None else
+                                    ints(output_shape, "MaxUnpool's output_shape"))
         total = math.prod(inferred)
         known = static(indices)
-        if known is not None and known.size and (known.min() < 0 or known.max() >= total):
-            raise ShapeError(f"MaxUnpool: indices must lie in [0, {total}) (flat positions in the unpooled shape "
-                             f"{list(inferred)}), got values in [{int(known.min())}, {int(known.max())}]")
+        if known is not None and known.size:
+            check_unpool_index_range(int(known.min()), int(known.max()), inferred)
         flat = tf.reshape(tf.cast(indices, tf.int64), [-1])
         # The last writer of each position, deterministically (a scatter of repeated indices is not).
         order = tf.range(tf.size(flat, out_type=tf.int64), dtype=tf.int64)

@@ -19,11 +19,13 @@ from d5.frameworks.tensorflow.operators._helpers import pad_sides, resolve_pads,
 from d5.frameworks.tensorflow.operators.image import exact_divide
 from d5.frameworks.tensorflow.tensors import from_channels_last, to_channels_last
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import broadcast_shape, quantization_axis
+from d5.ops.onnx_semantics import quantization_axis
+from d5.ops.window_checks import (QUANTIZED_RANGES, a_zero_point_rows, check_b_zero_point, check_conv_weights,
+                                  check_matmul_integer, check_requantize_broadcast, check_zero_point_broadcast,
+                                  matmul_plan, qlinear_matmul_shapes)
 
-# Saturation ranges of the integer types quantization targets.
-_RANGES = {tf.uint8: (0, 255), tf.int8: (-128, 127), tf.uint16: (0, 65535), tf.int16: (-32768, 32767),
-           tf.int32: (-2 ** 31, 2 ** 31 - 1)}
+# Saturation ranges of the integer types quantization targets that TensorFlow has.
+_RANGES = {getattr(tf, name): QUANTIZED_RANGES[name] for name in ("uint8", "int8", "uint16", "int16", "int32")}
 # TensorFlow does not promote types; torch's rules for two floating types (float16 with bfloat16 gives float32).
 _FLOAT_RANK = {tf.float16: 1, tf.bfloat16: 1, tf.float32: 2, tf.float64: 3}
 
@@ -161,19 +163,10 @@ class DynamicQuantizeLinear(TFOp):
 def _product(op_name: str, left: tf.Tensor, right: tf.Tensor, shapes: str) -> tf.Tensor:
     """NumPy's matmul on static shapes (a 1-D operand gains an axis that the result loses, batch axes broadcast);
     a ShapeError naming ``shapes`` where they do not multiply."""
-    a, b = left.shape.as_list(), right.shape.as_list()
-    if not a or not b:
-        raise ShapeError(f"{op_name}: cannot multiply {shapes}")
-    squeeze = ([-2] if len(a) == 1 else []) + ([-1] if len(b) == 1 else [])
-    left = left[None, :] if len(a) == 1 else left
-    right = right[:, None] if len(b) == 1 else right
-    a, b = left.shape.as_list(), right.shape.as_list()
-    try:
-        if None not in (a[-1], b[-2]) and a[-1] != b[-2]:
-            raise ShapeError("inner dimensions differ")
-        broadcast_shape(op_name, a[:-2], b[:-2])
-    except ShapeError:
-        raise ShapeError(f"{op_name}: cannot multiply {shapes}") from None
+    *_, drop_row, drop_column = matmul_plan(op_name, left.shape.as_list(), right.shape.as_list(), shapes)
+    squeeze = ([-2] if drop_row else []) + ([-1] if drop_column else [])
+    left = left[None, :] if drop_row else left
+    right = right[:, None] if drop_column else right
     product = tf.linalg.matmul(left, right)  # broadcasts the batch axes
     return tf.squeeze(product, squeeze) if squeeze else product
 
@@ -183,22 +176,13 @@ class MatMulInteger(TFOp):
     """``(A - a_zero_point) @ (B - b_zero_point)`` in int32 (per-row A and per-column B zero points)."""
 
     def __call__(self, a, b, a_zero_point=None, b_zero_point=None):
-        if a.shape.rank < 1 or b.shape.rank < 1:
-            raise ShapeError(f"MatMulInteger: A and B must have at least one dimension, got shapes "
-                             f"{tuple(a.shape)} and {tuple(b.shape)}")
+        check_matmul_integer(tuple(a.shape), tuple(b.shape))
         left = tf.cast(a, tf.float64)
         if a_zero_point is not None:
-            rows = a.shape[-2] if a.shape.rank > 1 else 1
-            size = a_zero_point.shape.num_elements()
-            if size != 1 and tuple(a_zero_point.shape) != (rows,):
-                raise ShapeError(f"MatMulInteger: a_zero_point must be a scalar or 1-D of length {rows} (A's rows), "
-                                 f"got shape {tuple(a_zero_point.shape)}")
+            a_zero_point_rows(tuple(a.shape), tuple(a_zero_point.shape))
             zero = tf.cast(a_zero_point, tf.float64)
-            left = left - (zero[..., None] if size > 1 else tf.reshape(zero, ()))
-        if b_zero_point is not None and b_zero_point.shape.num_elements() != 1 \
-                and tuple(b_zero_point.shape) != tuple(b.shape[-1:]):
-            raise ShapeError(f"MatMulInteger: b_zero_point must be a scalar or 1-D of length {b.shape[-1]} (B's "
-                             f"columns), got shape {tuple(b_zero_point.shape)}")
+            left = left - (zero[..., None] if a_zero_point.shape.num_elements() > 1 else tf.reshape(zero, ()))
+        check_b_zero_point(tuple(b.shape), None if b_zero_point is None else tuple(b_zero_point.shape))
         right = tf.cast(b, tf.float64) - _as_float64(b_zero_point)
         product = _product("MatMulInteger", left, right, f"shapes {tuple(a.shape)} and {tuple(b.shape)}")
         # Through int64, so that int32 wraps around as the reference's.
@@ -209,10 +193,7 @@ def _shifted(op_name: str, value, zero, shapes: str) -> tf.Tensor:
     """``value - zero`` in float64 with NumPy broadcasting; a ShapeError where the shapes do not broadcast."""
     if zero is None:
         return tf.cast(value, tf.float64)
-    try:
-        broadcast_shape(op_name, tuple(value.shape), tuple(zero.shape))
-    except ShapeError:
-        raise ShapeError(f"{op_name}: zero points must be scalars or broadcast against {shapes}") from None
+    check_zero_point_broadcast(op_name, tuple(value.shape), tuple(zero.shape), shapes)
     return tf.cast(value, tf.float64) - tf.cast(zero, tf.float64)
 
 
@@ -222,17 +203,13 @@ class QLinearMatMul(TFOp):
     y_scale`` (computed in the scales' dtype, as onnx.reference), plus y_zero_point, saturated."""
 
     def __call__(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point=None):
-        shapes = (f"A {tuple(a.shape)} and B {tuple(b.shape)} with zero points of shapes "
-                  f"{tuple(getattr(a_zero_point, 'shape', ()))} and {tuple(getattr(b_zero_point, 'shape', ()))}")
+        shapes = qlinear_matmul_shapes(tuple(a.shape), tuple(b.shape), getattr(a_zero_point, "shape", None),
+                                       getattr(b_zero_point, "shape", None))
         left = _shifted("QLinearMatMul", a, a_zero_point, shapes)
         right = _shifted("QLinearMatMul", b, b_zero_point, shapes)
         product = _product("QLinearMatMul", left, right, shapes)
         terms = [a_scale, b_scale, y_scale] + ([] if y_zero_point is None else [y_zero_point])
-        try:
-            broadcast_shape("QLinearMatMul", tuple(product.shape), *(tuple(t.shape) for t in terms))
-        except ShapeError:
-            raise ShapeError(f"QLinearMatMul: the scales and y_zero_point must be scalars or broadcast against the "
-                             f"product of shape {tuple(product.shape)}") from None
+        check_requantize_broadcast(tuple(product.shape), (tuple(t.shape) for t in terms))
         common = _promoted(_promoted(a_scale.dtype, b_scale.dtype), y_scale.dtype)
         multiplier = exact_divide(tf.cast(a_scale, common) * tf.cast(b_scale, common), tf.cast(y_scale, common))
         real = product * tf.cast(multiplier, tf.float64) + _as_float64(y_zero_point)
@@ -255,17 +232,8 @@ class _IntegerConv(TFOp):
 
     def _plan(self, shape, w_shape):
         """The channels-last ``shape``'s pads (per axis, begin and end), strides and dilations for W's shape."""
-        rank = len(shape)
-        if rank not in (3, 4, 5) or len(w_shape) != rank:
-            raise UnsupportedOperatorError(f"{self.op_name}: X and W must both be 3-D to 5-D (1 to 3 spatial axes), "
-                                           f"got X {shape} and W {w_shape} (X channels-last)")
-        kernel = tuple(w_shape[2:])
-        if self.kernel_shape is not None and tuple(self.kernel_shape) != kernel:
-            raise ShapeError(f"{self.op_name}: attribute kernel_shape={list(self.kernel_shape)} disagrees with W's "
-                             f"kernel {list(kernel)}; fix the attribute or the weights")
-        if shape[-1] != w_shape[1] * self.group:
-            raise ShapeError(f"{self.op_name}: X has {shape[-1]} channels but W {w_shape} with group={self.group} "
-                             f"expects {w_shape[1] * self.group}")
+        kernel = check_conv_weights(self.op_name, shape, w_shape, shape[-1], self.kernel_shape, self.group,
+                                    " (X channels-last)")
         _, strides, dilations, sides = resolve_pads(self.op_name, shape[1:-1], kernel, self.strides, self.dilations,
                                                     self.pads, self.auto_pad, clamp_same_pads=True)
         return tuple(strides), tuple(dilations), sides

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.errors import ShapeError
 from d5.frameworks.tensorflow.operators import TFOp, register
 from d5.frameworks.tensorflow.operators._helpers import static, static_shape
-from d5.ops.onnx_attributes import RECURRENT_DEFAULT_ACTIVATIONS, adopt, operator_attributes
+from d5.ops.onnx_attributes import adopt, operator_attributes
+from d5.ops.sequence_plans import (RecurrentSpec, check_hidden_size, check_recurrent_attributes,
+                                   check_recurrent_inputs, check_recurrent_optional, check_recurrent_ranks,
+                                   check_recurrent_weights, check_sequence_lens_count, gru_cell, lstm_cell,
+                                   sequence_lengths)
 
 #: Sequences up to this many steps are unrolled; longer ones run tf.scan.
 UNROLL_LIMIT = 64
@@ -44,15 +48,11 @@ _ACTIVATIONS = {
 }
 
 
-class _Recurrent(TFOp):
-    op_name = ""
-    gates = 1
-    default_activations: tuple[str, ...] = ()
-    has_cell_state = False
-
+class _Recurrent(TFOp, RecurrentSpec):
     def __init__(self, **attributes) -> None:
         attributes = adopt(self, operator_attributes(self.op_name, attributes))
         self.activations = [(_ACTIVATIONS[name], alpha, beta) for name, alpha, beta in attributes.activations]
+        check_recurrent_attributes(self.op_name, attributes)
 
     def _act(self, index: int, a):
         if self.clip is not None:
@@ -64,11 +64,8 @@ class _Recurrent(TFOp):
 
     def __call__(self, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None):
         name = self.op_name
-        if x is None or w is None or r is None:
-            raise ShapeError(f"{name}: inputs X, W and R are required")
-        if x.shape.rank != 3 or w.shape.rank != 3 or r.shape.rank != 3:
-            raise ShapeError(f"{name}: X, W and R must be 3-D, got X {tuple(x.shape)}, W {tuple(w.shape)}, "
-                             f"R {tuple(r.shape)}")
+        check_recurrent_inputs(name, x, w, r)
+        check_recurrent_ranks(name, tuple(x.shape), tuple(w.shape), tuple(r.shape))
         out_dtype = x.dtype
         given = [v for v in (x, w, r, b, initial_h, initial_c, p) if v is not None]
         if not all(v.dtype.is_floating for v in given):
@@ -114,36 +111,24 @@ class _Recurrent(TFOp):
 
     def _check_shapes(self, x, w, r, b, initial_h, initial_c, p, hidden):
         name, dirs, gates = self.op_name, self.num_directions, self.gates
-        seq, batch, features = x.shape
-        if self.hidden_size is not None and self.hidden_size != hidden:
-            raise ShapeError(f"{name}: hidden_size={self.hidden_size} disagrees with R of shape {tuple(r.shape)}")
-        if tuple(w.shape) != (dirs, gates * hidden, features) or tuple(r.shape) != (dirs, gates * hidden, hidden):
-            raise ShapeError(f"{name}: with direction={self.direction} and X {tuple(x.shape)} expected W "
-                             f"{(dirs, gates * hidden, features)} and R {(dirs, gates * hidden, hidden)}; got W "
-                             f"{tuple(w.shape)}, R {tuple(r.shape)}")
+        check_hidden_size(name, self.hidden_size, tuple(r.shape))
+        check_recurrent_weights(name, direction=self.direction, dirs=dirs, gates=gates, hidden=hidden,
+                                x_shape=tuple(x.shape), w_shape=tuple(w.shape), r_shape=tuple(r.shape))
         # initial states are checked after the layout transpose: (dirs, batch, hidden) here either way.
-        state = (dirs, batch, hidden)
-        for label, value, shape in (("B", b, (dirs, 2 * gates * hidden)), ("initial_h", initial_h, state),
-                                    ("initial_c", initial_c, state), ("P", p, (dirs, 3 * hidden))):
-            if value is not None and tuple(value.shape) != shape:
-                raise ShapeError(f"{name}: {label} must have shape {shape} (in layout 0), got "
-                                 f"{tuple(value.shape)}")
+        b, initial_h, initial_c, p = (None if v is None else tuple(v.shape) for v in (b, initial_h, initial_c, p))
+        check_recurrent_optional(name, dirs=dirs, gates=gates, hidden=hidden, state=(dirs, x.shape[1], hidden), b=b,
+                                 initial_h=initial_h, initial_c=initial_c, p=p, note=" (in layout 0)")
 
     def _mask(self, sequence_lens, seq: int, batch: int):
         """(seq, batch, 1) booleans, True where a step is inside its sequence; None without sequence_lens or
         when every sequence is known to be whole."""
         if sequence_lens is None:
             return None
-        if sequence_lens.shape.num_elements() != batch:
-            raise ShapeError(f"{self.op_name}: sequence_lens must hold {batch} lengths (one per batch item), got "
-                             f"shape {tuple(sequence_lens.shape)}")
+        check_sequence_lens_count(self.op_name, sequence_lens.shape.num_elements(), batch,
+                                  tuple(sequence_lens.shape))
         known = static(sequence_lens)
-        if known is not None:
-            lens = [int(v) for v in known.reshape(-1)]
-            if any(n < 0 or n > seq for n in lens):
-                raise ShapeError(f"{self.op_name}: sequence_lens must be {batch} integers in [0, {seq}], got {lens}")
-            if all(n == seq for n in lens):
-                return None
+        if known is not None and sequence_lengths(self.op_name, known, batch, seq) is None:
+            return None
         lens = tf.cast(tf.reshape(sequence_lens, [-1]), tf.int64)
         return (tf.range(seq, dtype=tf.int64)[:, None] < lens[None, :])[:, :, None]
 
@@ -194,63 +179,37 @@ class _Recurrent(TFOp):
 class LSTM(_Recurrent):
     """ONNX LSTM: inputs X, W, R, optional B, sequence_lens, initial_h, initial_c, P; outputs Y, Y_h, Y_c."""
 
-    op_name, gates, has_cell_state = "LSTM", 4, True
-    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["LSTM"]
-
-    def __init__(self, **attributes) -> None:
-        super().__init__(**attributes)
-        if self.input_forget:
-            raise UnsupportedOperatorError("LSTM: input_forget=1 (coupled input and forget gates) is not supported; "
-                                           "use input_forget=0")
+    op_name = "LSTM"
 
     def _step(self, acts, xw, h, c, r, rb, p, n):
         pre = xw + tf.matmul(h, r, transpose_b=True)
         if rb is not None:
             pre = pre + rb
-        a_i, a_o, a_f, a_c = pre[:, :n], pre[:, n:2 * n], pre[:, 2 * n:3 * n], pre[:, 3 * n:]
-        if p is not None:
-            a_i, a_f = a_i + p[:n] * c, a_f + p[2 * n:] * c
-        i, f = self._act(acts, a_i), self._act(acts, a_f)
-        c_new = f * c + i * self._act(acts + 1, a_c)
-        if p is not None:
-            a_o = a_o + p[n:2 * n] * c_new
-        o = self._act(acts, a_o)
         fn, alpha, beta = self.activations[acts + 2]  # h(): the reference applies no clip to the cell output
-        return o * fn(c_new, alpha, beta), c_new
+        return lstm_cell(pre, c, p, n, lambda a: self._act(acts, a), lambda a: self._act(acts + 1, a),
+                         lambda a: fn(a, alpha, beta))
 
 
 @register("GRU")
 class GRU(_Recurrent):
     """ONNX GRU: inputs X, W, R, optional B, sequence_lens, initial_h; outputs Y, Y_h."""
 
-    op_name, gates = "GRU", 3
-    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["GRU"]
+    op_name = "GRU"
 
     def _step(self, acts, xw, h, c, r, rb, p, n):
-        rzr = tf.matmul(h, r[:2 * n], transpose_b=True)
-        if rb is not None:
-            rzr = rzr + rb[:2 * n]
-        z = self._act(acts, xw[:, :n] + rzr[:, :n])
-        reset = self._act(acts, xw[:, n:2 * n] + rzr[:, n:])
-        if self.linear_before_reset:
-            rh = tf.matmul(h, r[2 * n:], transpose_b=True)
-            if rb is not None:
-                rh = rh + rb[2 * n:]
-            candidate = self._act(acts + 1, xw[:, 2 * n:] + reset * rh)
-        else:
-            inner = tf.matmul(reset * h, r[2 * n:], transpose_b=True)
-            if rb is not None:
-                inner = inner + rb[2 * n:]
-            candidate = self._act(acts + 1, xw[:, 2 * n:] + inner)
-        return (1.0 - z) * candidate + z * h, None
+        def dense(v, start, stop):
+            out = tf.matmul(v, r[start:stop], transpose_b=True)
+            return out if rb is None else out + rb[start:stop]
+
+        return gru_cell(xw, h, n, dense, lambda a: self._act(acts, a), lambda a: self._act(acts + 1, a),
+                        self.linear_before_reset), None
 
 
 @register("RNN")
 class RNN(_Recurrent):
     """ONNX RNN (Elman): ``H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb)``; outputs Y, Y_h."""
 
-    op_name, gates = "RNN", 1
-    default_activations = RECURRENT_DEFAULT_ACTIVATIONS["RNN"]
+    op_name = "RNN"
 
     def _step(self, acts, xw, h, c, r, rb, p, n):
         pre = xw + tf.matmul(h, r, transpose_b=True)

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from d5.errors import ShapeError
 from d5.frameworks.tensorflow.operators import TFOp, register
 from d5.frameworks.tensorflow.operators._helpers import ints, static_shape
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import normalize_axes, normalize_axis
+from d5.ops.window_checks import arg_axis, empty_extremum, kept_shape, reduce_axes, scan_axis
 
 _UNSIGNED = (tf.uint8, tf.uint16, tf.uint32, tf.uint64)
 
@@ -30,11 +29,9 @@ class _Reduction(TFOp):
         name = type(self).__name__
         axes = self.axes if axes is None else ints(axes, f"{name}'s axes (input 1)")
         rank = x.shape.rank
-        if not axes:
-            if self.noop_with_empty_axes:
-                return tf.identity(x)  # a tensor, not the input variable: the tape follows it
-            axes = list(range(rank))
-        axes = sorted(normalize_axes(name, axes, rank))
+        axes = reduce_axes(name, axes, rank, self.noop_with_empty_axes)
+        if axes is None:
+            return tf.identity(x)  # a tensor, not the input variable: the tape follows it
         if rank == 0:
             return tf.reshape(self._cast(self._reduce(tf.reshape(x, [1]), [0]), x.dtype), [])
         out = self._cast(self._reduce(x, axes), x.dtype)  # keepdims shape
@@ -105,8 +102,7 @@ def _extremum(op_type: str, largest: bool) -> type:
     def apply(x, axes):
         shape = static_shape(x)
         if any(shape[a] == 0 for a in axes):  # an empty set: the identity of the reduction
-            kept = [1 if i in axes else d for i, d in enumerate(shape)]
-            return tf.fill(kept, tf.constant(_empty_extremum(x.dtype, largest), x.dtype))
+            return tf.fill(kept_shape(shape, axes), tf.constant(_empty_extremum(x.dtype, largest), x.dtype))
         if x.dtype == tf.bool:
             return (tf.reduce_any if largest else tf.reduce_all)(x, axis=axes, keepdims=True)
         # TensorFlow's gradient shares the cotangent equally between tied extrema, as the reference does.
@@ -115,11 +111,7 @@ def _extremum(op_type: str, largest: bool) -> type:
 
 
 def _empty_extremum(dtype: tf.DType, largest: bool):
-    if dtype.is_floating:
-        return float("-inf") if largest else float("inf")
-    if dtype == tf.bool:
-        return not largest  # max of nothing is False, min of nothing True
-    return dtype.min if largest else dtype.max
+    return empty_extremum(largest, dtype.is_floating, dtype == tf.bool, lambda: dtype)
 
 
 ReduceMax = _extremum("ReduceMax", largest=True)
@@ -140,9 +132,7 @@ class _ArgExtremum(TFOp):
     def __call__(self, x):
         name = type(self).__name__
         shape = static_shape(x)
-        axis = normalize_axis(name, self.axis, len(shape))
-        if shape[axis] == 0:
-            raise ShapeError(f"{name}: axis {self.axis} of the input of shape {shape} is empty")
+        axis = arg_axis(name, self.axis, shape)
         if x.dtype == tf.bool:
             x = tf.cast(x, tf.int8)
         x = tf.stop_gradient(x)
@@ -174,18 +164,6 @@ class ArgMin(_ArgExtremum):
     largest = False
 
 
-def _scan_axis(op_type: str, x, axis) -> int:
-    if axis is None:
-        raise ShapeError(f"{op_type}: the axis input (a scalar) is required")
-    if x.shape.rank < 1:
-        raise ShapeError(f"{op_type}: x must have at least 1 dimension, got shape {tuple(x.shape)}")
-    values = ints(axis, f"{op_type}'s axis (input 1)")
-    if len(values) != 1:
-        raise ShapeError(f"{op_type}: axis (input 1) must be a single value (a scalar or a 1-element tensor), "
-                         f"got shape {tuple(axis.shape)}")
-    return normalize_axis(op_type, values[0], x.shape.rank)
-
-
 class _Scan(TFOp):
     """A cumulative scan along the axis given as the second input, in the input's dtype (integers wrap);
     ``exclusive`` shifts by one element starting from the identity, ``reverse`` scans from the end."""
@@ -194,7 +172,9 @@ class _Scan(TFOp):
         adopt(self, operator_attributes(type(self).__name__, attributes))
 
     def __call__(self, x, axis=None):
-        return self._scan(x, _scan_axis(type(self).__name__, x, axis))
+        name = type(self).__name__
+        axis = scan_axis(name, tuple(x.shape), axis, lambda value: ints(value, f"{name}'s axis (input 1)"))
+        return self._scan(x, axis)
 
 
 @register("CumSum")

@@ -18,7 +18,11 @@ from d5.frameworks.tensorflow.operators import TFOp, register
 from d5.frameworks.tensorflow.operators._helpers import ints, static, static_shape
 from d5.network.memory import check_allocation
 from d5.ops.onnx_attributes import adopt, operator_attributes
-from d5.ops.onnx_semantics import normalize_axes, normalize_axis, reshape_target, slice_bounds, split_lengths
+from d5.ops.onnx_semantics import normalize_axes, normalize_axis, reshape_target, split_lengths
+from d5.ops.tensor_checks import (check_concat_shapes, check_rank, check_sequence_length_values, depth_to_space_plan,
+                                  expand_shape, flatten_axis, pad_positions, pad_widths, reverse_sequence_lengths,
+                                  shape_range, slice_arguments, slice_index, space_to_depth_plan, squeeze_axes,
+                                  tile_shape, transpose_perm, unsqueeze_axes)
 
 
 def _known(x: tf.Tensor) -> bool:
@@ -46,11 +50,7 @@ class Flatten(TFOp):
         adopt(self, operator_attributes("Flatten", attributes))
 
     def __call__(self, x):
-        rank = x.shape.rank
-        if not -rank <= self.axis <= rank:
-            raise ShapeError(f"Flatten: axis {self.axis} is out of range for a {rank}-D input of shape "
-                             f"{tuple(x.shape.as_list())}; use an axis in [{-rank}, {rank}]")
-        axis = self.axis % rank if self.axis < 0 else self.axis
+        axis = flatten_axis(self.axis, tuple(x.shape.as_list()))
         if _known(x):
             shape = x.shape.as_list()
             return tf.reshape(x, [math.prod(shape[:axis]), math.prod(shape[axis:])])
@@ -80,22 +80,12 @@ class Transpose(TFOp):
         adopt(self, operator_attributes("Transpose", attributes))
 
     def __call__(self, x):
-        rank = x.shape.rank
-        perm = list(range(rank - 1, -1, -1)) if self.perm is None else list(self.perm)
-        if sorted(perm) != list(range(rank)):
-            raise ShapeError(f"Transpose: perm {perm} is not a permutation of the {rank} axes of the input")
-        return tf.transpose(x, perm)
+        return tf.transpose(x, transpose_perm(self.perm, x.shape.rank))
 
 
 def _concat_shapes(inputs, axis: int) -> None:
     """A ShapeError (the reference's) for inputs that do not concatenate, where static shapes tell."""
-    shapes = [x.shape.as_list() for x in inputs]
-    rank = len(shapes[0])
-    if any(len(s) != rank or any(a is not None and b is not None and a != b
-                                 for i, (a, b) in enumerate(zip(s, shapes[0])) if i != axis) for s in shapes):
-        listed = ", ".join(str(tuple(s)) for s in shapes)
-        raise ShapeError(f"Concat: inputs of shapes {listed} must have the same rank and agree on every "
-                         f"dimension except axis {axis}")
+    check_concat_shapes([tuple(x.shape.as_list()) for x in inputs], axis)
 
 
 @register("Concat")
@@ -156,23 +146,15 @@ class Slice(TFOp):
         adopt(self, operator_attributes("Slice", attributes))
 
     def __call__(self, x, starts=None, ends=None, axes=None, steps=None):
-        if starts is not None:
-            starts, ends = ints(starts, "Slice's starts"), ints(ends, "Slice's ends")
-            axes, steps = ints(axes, "Slice's axes"), ints(steps, "Slice's steps")
-        else:
-            starts, ends, axes = self.starts, self.ends, self.axes
-        if starts is None or ends is None:
-            raise ShapeError("Slice: starts and ends are required (inputs 1 and 2, or attributes before opset 10)")
+        starts, ends, axes, steps = slice_arguments(self, starts, ends, axes, steps, ints)
         shape = x.shape.as_list()
-        sliced = normalize_axes("Slice", list(range(len(starts))) if axes is None else axes, len(shape))
-        if any(shape[a] is None for a in sliced):
-            raise ShapeError(f"Slice: the TensorFlow framework needs the lengths of the sliced axes {sliced} while "
-                             f"tracing, got shape {shape}")
-        index = [slice(None)] * len(shape)
-        for axis, start, end, step in slice_bounds("Slice", shape, starts, ends, axes, steps):
-            # A Python slice reads an end of -1 as "the last element"; None means "run past the front".
-            index[axis] = slice(start, None if end < 0 else end, step)
-        return x[tuple(index)] if index else tf.identity(x)
+        if starts is not None and ends is not None:  # (else slice_index says they are required)
+            sliced = normalize_axes("Slice", list(range(len(starts))) if axes is None else axes, len(shape))
+            if any(shape[a] is None for a in sliced):
+                raise ShapeError(f"Slice: the TensorFlow framework needs the lengths of the sliced axes {sliced} "
+                                 f"while tracing, got shape {shape}")
+        index = slice_index(shape, starts, ends, axes, steps)
+        return x[index] if index else tf.identity(x)
 
 
 @register("Pad")
@@ -184,21 +166,9 @@ class Pad(TFOp):
     def __init__(self, **attributes) -> None:
         adopt(self, operator_attributes("Pad", attributes))
 
-    def _widths(self, x, pads, axes) -> list[tuple[int, int]]:
-        rank = x.shape.rank
-        pads = self.pads if pads is None else ints(pads, "Pad's pads")
-        if pads is None:
-            raise ShapeError("Pad: no pads given; pass them as the second input (opset 11+) or the attribute")
-        axes = list(range(rank)) if axes is None else normalize_axes("Pad", ints(axes, "Pad's axes"), rank)
-        if len(pads) != 2 * len(axes):
-            raise ShapeError(f"Pad: {len(pads)} pads for {len(axes)} axes; give a begin and an end per axis")
-        widths = [(0, 0)] * rank
-        for k, axis in enumerate(axes):
-            widths[axis] = (pads[k], pads[k + len(axes)])
-        return widths
-
     def __call__(self, x, pads=None, constant_value=None, axes=None):
-        widths = self._widths(x, pads, axes)
+        widths = pad_widths(x.shape.rank, self.pads if pads is None else ints(pads, "Pad's pads"),
+                            ints(axes, "Pad's axes"))
         positive = [[max(b, 0), max(e, 0)] for b, e in widths]
         shape = x.shape.as_list()
         if None not in shape:
@@ -231,8 +201,7 @@ class Pad(TFOp):
             raise ShapeError(f"Pad: mode {self.mode!r} needs the length of axis {axis} while tracing")
         if dim == 0:
             raise ShapeError(f"Pad: mode {self.mode!r} cannot pad an axis of length 0")
-        return self.planned(("pad", dim, begin, end), lambda: tf.constant(
-            np.pad(np.arange(dim, dtype=np.int64), (begin, end), mode=self.mode)))
+        return self.planned(("pad", dim, begin, end), lambda: tf.constant(pad_positions(self.mode, dim, begin, end)))
 
 
 @register("Squeeze")
@@ -243,14 +212,9 @@ class Squeeze(TFOp):
     def __call__(self, x, axes=None):
         axes = self.axes if axes is None else ints(axes, "Squeeze's axes")
         shape = x.shape.as_list()
-        if axes is None:
-            if None in shape:
-                return tf.squeeze(x)
-            axes = [i for i, d in enumerate(shape) if d == 1]
-        axes = normalize_axes("Squeeze", axes, len(shape))
-        bad = [a for a in axes if shape[a] not in (1, None)]
-        if bad:
-            raise ShapeError(f"Squeeze: axes {bad} of the input of shape {tuple(shape)} are not of length 1")
+        if axes is None and None in shape:
+            return tf.squeeze(x)
+        axes = squeeze_axes(tuple(shape), axes)
         # tf.squeeze with no axes would drop every axis of length 1: nothing to drop is an identity.
         return tf.squeeze(x, axis=axes) if axes else tf.identity(x)
 
@@ -262,11 +226,8 @@ class Unsqueeze(TFOp):
 
     def __call__(self, x, axes=None):
         axes = self.axes if axes is None else ints(axes, "Unsqueeze's axes")
-        if axes is None:
-            raise ShapeError("Unsqueeze: no axes given; pass them as the second input (opset 13+) or the attribute")
-        rank = x.shape.rank + len(axes)
         out = x
-        for axis in sorted(normalize_axes("Unsqueeze", axes, rank)):  # positions in the output, in order
+        for axis in unsqueeze_axes(axes, x.shape.rank):  # positions in the output, in order
             out = tf.expand_dims(out, axis)
         return out if axes else tf.identity(x)
 
@@ -279,10 +240,7 @@ class Expand(TFOp):
         if None in own:
             return tf.broadcast_to(x, tf.broadcast_dynamic_shape(tf.shape(x, out_type=tf.int64),
                                                                  tf.constant(shape, tf.int64)))
-        try:
-            target = np.broadcast_shapes(tuple(own), tuple(shape))
-        except ValueError:
-            raise ShapeError(f"Expand: the input of shape {tuple(own)} cannot be broadcast to {shape}") from None
+        target = expand_shape(tuple(own), shape)
         check_allocation("Expand output", target, _numpy_dtype(x))
         return tf.broadcast_to(x, target)
 
@@ -291,12 +249,9 @@ class Expand(TFOp):
 class Tile(TFOp):
     def __call__(self, x, repeats, axis=None):
         repeats = ints(repeats, "Tile's repeats")
-        if len(repeats) != x.shape.rank or any(r < 0 for r in repeats):
-            raise ShapeError(f"Tile: repeats {repeats} must hold one non-negative count per axis of the "
-                             f"{x.shape.rank}-D input")
-        shape = x.shape.as_list()
-        if None not in shape:
-            check_allocation("Tile output", [d * r for d, r in zip(shape, repeats)], _numpy_dtype(x))
+        tiled = tile_shape(x.shape.as_list(), repeats)
+        if tiled is not None:
+            check_allocation("Tile output", tiled, _numpy_dtype(x))
         if not repeats:
             return tf.identity(x)
         if x.dtype == tf.uint16:  # TensorFlow has no uint16 Tile kernel: tile the same bits as int16
@@ -310,9 +265,7 @@ class Shape(TFOp):
         adopt(self, operator_attributes("Shape", attributes))
 
     def __call__(self, x):
-        ndim = x.shape.rank
-        start = min(max(self.start + ndim if self.start < 0 else self.start, 0), ndim)
-        end = ndim if self.end is None else min(max(self.end + ndim if self.end < 0 else self.end, 0), ndim)
+        start, end = shape_range(self.start, self.end, x.shape.rank)
         dims = x.shape.as_list()[start:end]
         if None in dims:
             return tf.shape(x, out_type=tf.int64)[start:end]
@@ -327,8 +280,7 @@ class Size(TFOp):
 
 
 def _rank4(op_type: str, x: tf.Tensor) -> tuple[int, ...]:
-    if x.shape.rank != 4:
-        raise ShapeError(f"{op_type}: input must be a 4-D tensor, got shape {tuple(x.shape.as_list())}")
+    check_rank(op_type, tuple(x.shape.as_list()), "input", rank=4)
     return static_shape(x)
 
 
@@ -339,16 +291,10 @@ class SpaceToDepth(TFOp):
 
     def __init__(self, **attributes) -> None:
         adopt(self, operator_attributes("SpaceToDepth", attributes))
-        # Axes of the (n, c, h/b, b, w/b, b) view in output order.
-        self.perm = (0, 3, 5, 1, 2, 4) if self.mode == "DCR" else (0, 1, 3, 5, 2, 4)
 
     def __call__(self, x):
-        n, c, h, w = _rank4("SpaceToDepth", x)
-        b = self.blocksize
-        if h % b or w % b:
-            raise ShapeError(f"SpaceToDepth: spatial size {h}x{w} is not divisible by blocksize {b}")
-        blocks = tf.transpose(tf.reshape(x, [n, c, h // b, b, w // b, b]), self.perm)
-        return tf.reshape(blocks, [n, c * b * b, h // b, w // b])
+        plan = space_to_depth_plan(_rank4("SpaceToDepth", x), self.blocksize, self.mode)
+        return tf.reshape(tf.transpose(tf.reshape(x, plan.split), plan.perm), plan.shape)
 
 
 @register("DepthToSpace")
@@ -360,15 +306,8 @@ class DepthToSpace(TFOp):
         adopt(self, operator_attributes("DepthToSpace", attributes))
 
     def __call__(self, x):
-        n, c, h, w = _rank4("DepthToSpace", x)
-        b = self.blocksize
-        if c % (b * b):
-            raise ShapeError(f"DepthToSpace: {c} channels are not divisible by blocksize^2 = {b * b}")
-        if self.mode == "DCR":
-            blocks = tf.transpose(tf.reshape(x, [n, b, b, c // (b * b), h, w]), (0, 3, 4, 1, 5, 2))
-        else:
-            blocks = tf.transpose(tf.reshape(x, [n, c // (b * b), b, b, h, w]), (0, 1, 4, 2, 5, 3))
-        return tf.reshape(blocks, [n, c // (b * b), h * b, w * b])
+        plan = depth_to_space_plan(_rank4("DepthToSpace", x), self.blocksize, self.mode)
+        return tf.reshape(tf.transpose(tf.reshape(x, plan.split), plan.perm), plan.shape)
 
 
 @register("ReverseSequence")
@@ -380,17 +319,11 @@ class ReverseSequence(TFOp):
         adopt(self, operator_attributes("ReverseSequence", attributes))
 
     def __call__(self, x, lengths):
-        if x.shape.rank < 2:
-            raise ShapeError(f"ReverseSequence: input must have at least 2 dimensions, got shape "
-                             f"{tuple(x.shape.as_list())}")
-        batch, steps = x.shape[self.batch_axis], x.shape[self.time_axis]
-        if lengths.shape.as_list() != [batch] or not lengths.dtype.is_integer:
-            raise ShapeError(f"ReverseSequence: sequence_lens must be an integer tensor of shape ({batch},) (one "
-                             f"length per batch entry), got {lengths.dtype.name} of shape "
-                             f"{tuple(lengths.shape.as_list())}")
+        _, steps = reverse_sequence_lengths(tuple(x.shape.as_list()), self.batch_axis, self.time_axis,
+                                            tuple(lengths.shape.as_list()), lengths.dtype.is_integer,
+                                            lengths.dtype.name)
         known = static(lengths)
-        if known is not None and known.size and steps is not None and (known.min() < 0 or known.max() > steps):
-            raise ShapeError(f"ReverseSequence: sequence_lens must lie in [0, {steps}] (the time axis' length), got "
-                             f"values in [{known.min()}, {known.max()}]")
+        if known is not None:
+            check_sequence_length_values(known, steps)
         return tf.reverse_sequence(x, tf.cast(lengths, tf.int64), seq_axis=self.time_axis,
                                    batch_axis=self.batch_axis)

@@ -14,11 +14,13 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from d5.errors import ShapeError, UnsupportedOperatorError
+from d5.errors import UnsupportedOperatorError
 from d5.frameworks.tensorflow.operators import TFOp, register
 from d5.frameworks.tensorflow.operators._helpers import static, static_shape, tf_dtype
 from d5.ops.onnx_attributes import adopt, operator_attributes
 from d5.ops.onnx_semantics import COSINE_WINDOW_COEFFICIENTS, mel_weight_matrix
+from d5.ops.sequence_plans import (MEL_INPUT_NAMES, check_dft_input, check_mel_inputs, check_stft_signal,
+                                   cosine_window_size, dft_axis, dft_points, single_value_present, stft_frames)
 
 
 def _complex_signal(x):
@@ -44,11 +46,8 @@ def _real_pairs(values, dtype: tf.DType):
 def _optional_scalar(op_name: str, value, what: str):
     """An optional one-value input as a Python number (None when absent or empty); it must be known while
     tracing."""
-    if value is None or value.shape.num_elements() == 0:
+    if value is None or not single_value_present(op_name, what, value.shape.num_elements(), tuple(value.shape)):
         return None
-    if value.shape.num_elements() != 1:
-        raise ShapeError(f"{op_name}: {what} must be a single value (a scalar or a 1-element tensor), got shape "
-                         f"{tuple(value.shape)}")
     known = static(value)
     if known is None:
         raise UnsupportedOperatorError(f"the TensorFlow framework needs {op_name}'s {what} as a value known while "
@@ -86,22 +85,10 @@ class DFT(TFOp):
         adopt(self, operator_attributes("DFT", attributes))
 
     def __call__(self, x, dft_length=None, axis=None):
-        rank = x.shape.rank
-        if rank < 2 or x.shape[-1] not in (1, 2):
-            raise ShapeError(f"DFT: input must be [..., 1] (real) or [..., 2] (complex), got shape {tuple(x.shape)}")
-        given = _optional_scalar("DFT", axis, "axis (input 2)")
-        axis = int(given) if given is not None else (-2 if self.axis is None else int(self.axis))
-        if not -rank <= axis <= rank - 2 or axis == -1:
-            raise ShapeError(f"DFT: axis {axis} must be a signal axis of the rank-{rank} input: "
-                             f"[{-rank}, -2] or [0, {rank - 2}]")
-        axis %= rank
-        length = _optional_scalar("DFT", dft_length, "dft_length (input 1)")
-        if length is not None:
-            n = int(length)
-        else:
-            n = 2 * (x.shape[axis] - 1) if self.inverse and self.onesided else x.shape[axis]
-        if n < 1:
-            raise ShapeError(f"DFT: dft_length must be >= 1, got {n}")
+        check_dft_input(tuple(x.shape))
+        axis = dft_axis(_optional_scalar("DFT", axis, "axis (input 2)"), self.axis, x.shape.rank)
+        n = dft_points(_optional_scalar("DFT", dft_length, "dft_length (input 1)"), x.shape[axis],
+                       inverse=self.inverse, onesided=self.onesided)
         signal, perm = _last_axis(_complex_signal(x), axis)  # the signal tensor has rank - 1 axes
         if self.inverse and self.onesided:
             # irfft takes the first n // 2 + 1 bins, zero-padding a shorter half spectrum, as NumPy's.
@@ -125,24 +112,14 @@ class STFT(TFOp):
         adopt(self, operator_attributes("STFT", attributes))
 
     def __call__(self, signal, frame_step, window=None, frame_length=None):
-        if signal.shape.rank != 3 or signal.shape[-1] not in (1, 2):
-            raise ShapeError(f"STFT: signal must be [batch, length, 1] (real) or [batch, length, 2] (complex), got "
-                             f"shape {tuple(signal.shape)}")
+        check_stft_signal(tuple(signal.shape))
         length = static_shape(signal)[1]
         step = _optional_scalar("STFT", frame_step, "input 'frame_step'")
         frame = _optional_scalar("STFT", frame_length, "input 'frame_length'")
         if window is not None and window.shape.num_elements() == 0:
             window = None
-        if window is not None and (window.shape.rank != 1 or (frame is not None and window.shape[0] != frame)):
-            raise ShapeError(f"STFT: window must be 1-D with frame_length ({frame}) values, got shape "
-                             f"{tuple(window.shape)}")
-        if frame is None:
-            frame = length if window is None else window.shape[0]
-        frame = int(frame)
-        if step is None or int(step) < 1 or not 1 <= frame <= length:
-            raise ShapeError(f"STFT: frame_step must be >= 1 and frame_length in [1, {length}] (the signal "
-                             f"length), got frame_step {step} and frame_length {frame}")
-        frames = tf.signal.frame(_complex_signal(signal), frame, int(step), axis=1)  # (batch, frames, frame)
+        frame, step = stft_frames(length, step, frame, None if window is None else tuple(window.shape))
+        frames = tf.signal.frame(_complex_signal(signal), frame, step, axis=1)  # (batch, frames, frame)
         if window is not None:
             real = frames.dtype.real_dtype
             frames = frames * tf.cast(tf.cast(window, real), frames.dtype)
@@ -163,11 +140,7 @@ class _CosineSumWindow(TFOp):
 
     def __call__(self, size):
         name = type(self).__name__
-        count = _optional_scalar(name, size, "input 'size'")
-        if count is None or int(count) != count or count < 0:
-            raise ShapeError(f"{name}: size must be a non-negative integer scalar, got {count}")
-        count = int(count)
-        period = count if self.periodic else count - 1
+        count, period = cosine_window_size(name, _optional_scalar(name, size, "input 'size'"), self.periodic)
         if period == 0:
             return tf.ones([count], self.dtype)
         phase = tf.range(count, dtype=tf.float64) * (2.0 * math.pi / period)
@@ -196,15 +169,12 @@ class MelWeightMatrix(TFOp):
     inputs fix it entirely (:func:`d5.ops.onnx_semantics.mel_weight_matrix`), so it is a constant, built once
     per set of values."""
 
-    _NAMES = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
-
     def __init__(self, **attributes) -> None:
         self.dtype = tf_dtype(operator_attributes("MelWeightMatrix", attributes).output_datatype)
 
     def __call__(self, *inputs):
-        if len(inputs) != 5:
-            raise ShapeError(f"MelWeightMatrix: expected the 5 inputs {', '.join(self._NAMES)}, got {len(inputs)}")
+        check_mel_inputs(len(inputs))
         values = tuple(_optional_scalar("MelWeightMatrix", value, f"input {name!r}")
-                       for value, name in zip(inputs, self._NAMES))
+                       for value, name in zip(inputs, MEL_INPUT_NAMES))
         matrix = self.planned(values, mel_weight_matrix, *values)
         return tf.cast(tf.constant(matrix), self.dtype)
