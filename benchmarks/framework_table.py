@@ -8,7 +8,8 @@ Every (framework, workload) runs in a fresh process, so peak memory (``ru_maxrss
 model, its buffers) is that workload's alone and no framework's thread pool outlives its measurement. Each times
 steps one by one after a warm-up for ``--seconds`` (at least ``--min-steps``); images/s is the batch over the median
 step, CPU utilization the process's CPU time over the wall time of the timed steps (100% = one core busy; this
-machine has ``cores`` of them). Every framework uses its default threads (one per core). MXNet's steps are timed to
+machine has ``cores`` of them). Every framework computes on every core (``OMP_NUM_THREADS``, see
+:func:`_threads_env`). MXNet's steps are timed to
 ``mx.nd.waitall()`` (its engine is asynchronous). Accuracy is ``recipes/fashion_mnist_lenet.py --framework F
 --epochs E`` (the same seed, data order and optimizer on each), read from its result JSON.
 
@@ -78,10 +79,19 @@ def measure(framework: str, workload: str, seconds: float, min_steps: int, warmu
 def in_fresh_process(framework: str, workload: str, args: argparse.Namespace) -> dict:
     command = [sys.executable, str(HERE), "--worker", framework, workload, "--seconds", str(args.seconds),
                "--min-steps", str(args.min_steps), "--warmup", str(args.warmup)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=REPO)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=REPO, env=_threads_env())
     if done.returncode != 0:
         raise SystemExit(f"{framework} {workload} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _threads_env() -> dict[str, str]:
+    """The workers' environment: OpenMP on every core this process may use unless OMP_NUM_THREADS says otherwise.
+    torch and TensorFlow use every core by default; MXNet 1.9.1's engine worker keeps one core back from its OpenMP
+    threads (1 thread on a 2-core machine) unless OMP_NUM_THREADS is set before it starts, so without this the table
+    would compare MXNet on half the cores."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(cores))}
 
 
 def accuracy(framework: str, epochs: int, subset: int | None) -> dict:
@@ -90,7 +100,7 @@ def accuracy(framework: str, epochs: int, subset: int | None) -> dict:
         out = pathlib.Path(directory) / "run.json"
         command = [sys.executable, str(RECIPE), "--framework", framework, "--epochs", str(epochs), "--json",
                    str(out)] + (["--subset", str(subset)] if subset else [])
-        subprocess.run(command, capture_output=True, text=True, check=False, cwd=REPO)
+        subprocess.run(command, capture_output=True, text=True, check=False, cwd=REPO, env=_threads_env())
         if not out.exists():
             raise SystemExit(f"the Fashion-MNIST recipe on {framework} wrote no result")
         record = json.loads(out.read_text())

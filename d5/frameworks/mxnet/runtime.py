@@ -1,9 +1,11 @@
 """What d5's framework-neutral code needs of MXNet at run time: the same functions as every framework's
 ``runtime.py`` (see ``d5/frameworks/reference/runtime.py``; reached through ``d5.frameworks.runtime("mxnet")``).
 
-MXNet computes each operator with OpenMP threads (``MXSetNumOMPThreads``; its engine's worker threads run one
-operator at a time on the CPU by default), and has no call that reads the count back: :func:`set_num_threads`
-remembers what it set, starting from ``OMP_NUM_THREADS`` or the cores this process may run on.
+MXNet computes each operator with OpenMP threads on its engine's worker thread, which fixes its OpenMP count when
+it starts (at import): ``OMP_NUM_THREADS`` if set, else one core fewer than the machine has (measured: one thread
+on a 2-core machine). :func:`set_num_threads` (``MXSetNumOMPThreads``) caps MXNet's own kernels but cannot raise
+oneDNN's count afterwards: set ``OMP_NUM_THREADS`` before importing MXNet for more. MXNet has no call that reads
+the count back; :func:`thread_counts` reports that rule.
 
 >>> import mxnet as mx, numpy as np
 >>> dtype_name(np.float32), dtype_name("int64")
@@ -35,10 +37,13 @@ def gpu_count() -> int:
 
 
 def _default_threads() -> int:
+    """The OpenMP threads MXNet's engine worker computes with: OMP_NUM_THREADS, else the cores less the one MXNet
+    keeps back for its engine."""
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores - 1)
 
 
 def set_num_threads(threads: int) -> int:
