@@ -31,7 +31,7 @@ from d5.frameworks.mxnet.operators import MXOp, create_operator
 from d5.frameworks.mxnet.operators._helpers import Symbol, ValueNeededWhileTracing, as_symbol, dtype_of, shape_of
 from d5.frameworks.mxnet.tensors import as_mx_value, as_numpy_value, holds, to_ndarray, to_numpy
 from d5.ops.cpp_op import CppOp
-from d5.ops.operator import CustomOp, as_tuple
+from d5.ops.operator import CustomOp
 
 #: key (a string MXNet passes to the CustomOpProp) -> the layout of one use of a bridged op in a graph.
 _USES: dict[str, "_Use"] = {}
@@ -374,4 +374,4 @@ def native_op(op_type: str, opset: int | None = None, **attributes: Any) -> Nati
     return NativeOp(op_type, attributes, opset)
 
 
-__all__ = ["CustomOpCall", "NativeOp", "as_tuple", "custom_op", "native_op"]
+__all__ = ["CustomOpCall", "NativeOp", "custom_op", "native_op"]

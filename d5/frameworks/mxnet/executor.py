@@ -201,13 +201,13 @@ class MXLiveNetwork(NativeLiveNetwork):
 
 @dataclasses.dataclass
 class Compiled:
-    """One composed graph: its CachedOp, the names of its inputs in call order (fed names, parameters, constants),
-    the constants' NDArrays, the graph outputs it computes (and those known before it runs, as NumPy)."""
+    """One composed graph: its CachedOp (None when every output is known before running), the names of its inputs in
+    call order (fed names, parameters, constants), the constants' NDArrays, the outputs it computes, in the
+    CachedOp's order, and those known before it runs (NumPy)."""
 
     op: Any
     inputs: list[str]
     constants: dict[str, mx.nd.NDArray]
-    outputs: list[str]
     computed: list[str]
     known: dict[str, Any]
     #: (converter, input position, fed input, the node's input shapes): values checked before each run.
@@ -293,7 +293,7 @@ class MXNetGraphExecutor(NativeExecutor):
                 op = mx.nd.CachedOp(group, flags + list(CACHED_OP_FLAGS))
         computed = [name for name in outputs if isinstance(env[name], Tensor)]
         known = {name: env[name] for name in outputs if not isinstance(env[name], Tensor)}
-        return Compiled(op, names, {k: v for k, v in constants.items() if k in names}, outputs, computed, known,
+        return Compiled(op, names, {k: v for k, v in constants.items() if k in names}, computed, known,
                         checks)
 
     def _step_results(self, step: Any, args: list[Any], training: bool, constants: dict[str, mx.nd.NDArray]
@@ -429,13 +429,10 @@ class MXNetGraphExecutor(NativeExecutor):
     def _eager_step(self, step: Any, args: list[Any], training: bool) -> list[Any]:
         op, node = step.op, step.node
         op.training = training
-        if isinstance(op, (_NativeCall,)) or not isinstance(op, (MXOp, CustomOpCall)):
+        if isinstance(op, _NativeCall):  # a user's Gluon block or loss, on NDArrays
             results = op(*args)
-            if isinstance(op, _NativeCall):
-                return [results] if not isinstance(results, (tuple, list)) else list(results)
-            return list(results) if isinstance(results, (tuple, list)) and not (
-                len(node.outputs) == 1 and isinstance(results, list)) else [results]
-        if isinstance(op, CustomOpCall):
+            return list(results) if isinstance(results, (tuple, list)) else [results]
+        if isinstance(op, CustomOpCall):  # the bridge: fallbacks, control flow, values MXNet cannot hold
             op.state_inputs = [i for i, name in enumerate(step.inputs) if self._is_state(name)] if training else []
             return op.eager(args)
         # integer tensors (and those the converter reads by value) reach converters as values, floating ones as

@@ -122,14 +122,6 @@ def dtype_of(x: Any) -> np.dtype:
     return dtype
 
 
-def rank_of(x: Any) -> int:
-    return len(shape_of(x))
-
-
-def is_float(x: Any) -> bool:
-    return x is not None and dtype_of(x).kind == "f"
-
-
 def static(value: Any) -> np.ndarray | None:
     """A shape-like input's value when it is known before the graph runs (a NumPy value); None for a symbol."""
     if value is None or isinstance(value, Symbol):
